@@ -1,0 +1,123 @@
+// Package agent is warden-agent: the process that runs inside every sandbox,
+// whatever the backend, and serves exec and files to the host over one byte
+// stream. It speaks HTTP/2 cleartext (and HTTP/1.1) carrying Connect-RPC
+// services wire-compatible with E2B's envd (process.Process,
+// filesystem.Filesystem) plus plain HTTP routes:
+//
+//	GET  /health           204 when serving
+//	GET  /envs             the sandbox-wide environment as a JSON object
+//	GET  /files?path=      read a file (Range supported)
+//	POST /files?path=      write a file atomically (octet-stream or multipart)
+//	GET  /tar?path=        a directory as a tar stream
+//	POST /tar?path=        extract a tar stream safely under path
+//
+// The acting user comes from "Authorization: Basic base64(user:)", default
+// Config.DefaultUser.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/agent/files"
+	"github.com/warden-sandbox/warden/internal/agent/process"
+	"github.com/warden-sandbox/warden/internal/agentpb/filesystem/filesystempbconnect"
+	"github.com/warden-sandbox/warden/internal/agentpb/process/processpbconnect"
+)
+
+// Config is what the agent knows about its sandbox.
+type Config struct {
+	DefaultUser    string            `json:"default_user"`    // "user" when empty
+	DefaultWorkdir string            `json:"default_workdir"` // the user's home when empty
+	Env            map[string]string `json:"env,omitempty"`   // sandbox-wide environment
+}
+
+// Agent holds the services of one agent.
+type Agent struct {
+	cfg   Config
+	mu    sync.RWMutex
+	env   map[string]string
+	procs *process.Service
+	files *files.Service
+}
+
+// New builds an agent.
+func New(cfg Config) *Agent {
+	if cfg.DefaultUser == "" {
+		cfg.DefaultUser = "user"
+	}
+	a := &Agent{cfg: cfg, env: map[string]string{}}
+	for k, v := range cfg.Env {
+		a.env[k] = v
+	}
+	a.procs = process.New(process.Config{
+		DefaultUser:    cfg.DefaultUser,
+		DefaultWorkdir: cfg.DefaultWorkdir,
+		Env:            a.Env,
+	})
+	a.files = files.New(files.Config{
+		DefaultUser:    cfg.DefaultUser,
+		DefaultWorkdir: cfg.DefaultWorkdir,
+	})
+	return a
+}
+
+// Env returns a copy of the sandbox-wide environment.
+func (a *Agent) Env() map[string]string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	m := make(map[string]string, len(a.env))
+	for k, v := range a.env {
+		m[k] = v
+	}
+	return m
+}
+
+// Handler returns the agent's HTTP handler.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(processpbconnect.NewProcessHandler(a.procs))
+	mux.Handle(filesystempbconnect.NewFilesystemHandler(a.files))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(a.Env())
+	})
+	mux.HandleFunc("/files", a.files.ServeFiles)
+	mux.HandleFunc("/tar", a.files.ServeTar)
+	return mux
+}
+
+// Close ends every process the agent started.
+func (a *Agent) Close() { a.procs.Close() }
+
+// Serve serves the agent on ln (HTTP/1.1 and HTTP/2 without TLS) until ctx ends.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,285 @@
+// Package backend defines the isolation backend interface that every sandbox
+// runtime (native namespaces, gVisor, microVM) implements, the data that
+// describes a sandbox to a backend (Spec), and the registry wardend uses to
+// find backends by name.
+//
+// # Contract
+//
+// A sandbox moves through these states:
+//
+//	Create ──> created ──Start──> running ──(all processes exit / Kill)──> stopped
+//	                                  │                                      │
+//	                                  └────────────── Delete ───────────────-┴──> (gone)
+//
+// Create reserves host resources (uid range, cgroup, run directory) but runs
+// nothing. Start boots the sandbox and returns once its agent accepts
+// connections. Stop asks the sandbox to end (SIGTERM to everything, then
+// SIGKILL after grace); Kill ends it at once. Wait blocks until the sandbox has
+// stopped. Delete frees every host resource the sandbox held; it is idempotent
+// and also kills a sandbox that still runs. After Delete returns nothing of the
+// sandbox is left on the host: no process, mount, cgroup, directory or device.
+//
+// A Handle is the serialisable identity of a sandbox on its backend. wardend
+// stores it; after a daemon restart it passes it to Recover, which either
+// re-attaches (the sandbox keeps running and DialAgent works again) or returns
+// ErrLost after freeing whatever the sandbox still held.
+//
+// Optional abilities (Pauser, Snapshotter) are separate interfaces found by type
+// assertion; Capabilities reports them as data so callers can refuse early.
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Lifecycle sentinels. Backends wrap them with %w; the API maps them to HTTP
+// status codes in one place.
+var (
+	ErrNotFound     = errors.New("sandbox not found")
+	ErrNotRunning   = errors.New("sandbox is not running")
+	ErrAlreadyStart = errors.New("sandbox already started")
+	ErrLost         = errors.New("sandbox lost")
+	ErrUnsupported  = errors.New("not supported by this backend")
+	ErrInvalidSpec  = errors.New("invalid sandbox spec")
+)
+
+// HandleVersion is the version of the Handle layout written by this build.
+const HandleVersion = 1
+
+// Handle identifies a sandbox on a backend and carries what the backend needs
+// to re-attach after a daemon restart. Data is backend-private JSON.
+type Handle struct {
+	Version int             `json:"version"`
+	Backend string          `json:"backend"`
+	ID      string          `json:"id"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Layer is one read-only directory tree of a template, mounted at Target in the
+// sandbox. Several layers with the same Target stack, the first on top.
+type Layer struct {
+	Target string `json:"target"` // absolute path inside the sandbox, "/" for the root
+	Path   string `json:"path"`   // host directory holding the tree
+}
+
+// Limits bounds what a sandbox may use. Zero means the backend default.
+type Limits struct {
+	CPUMillis   int64 `json:"cpu_millis,omitempty"`   // CPU quota in thousandths of a core (1000 = one core)
+	MemoryBytes int64 `json:"memory_bytes,omitempty"` // memory including swap
+	DiskBytes   int64 `json:"disk_bytes,omitempty"`   // writable layer size
+	Pids        int64 `json:"pids,omitempty"`         // max tasks (processes and threads)
+	OpenFiles   int64 `json:"open_files,omitempty"`   // RLIMIT_NOFILE per process
+}
+
+// Defaults applied by backends when a limit is zero.
+var DefaultLimits = Limits{
+	CPUMillis:   1000,
+	MemoryBytes: 512 << 20,
+	DiskBytes:   1 << 30,
+	Pids:        512,
+	OpenFiles:   4096,
+}
+
+// WithDefaults returns l with zero fields taken from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
+	if l.CPUMillis > 0 {
+		d.CPUMillis = l.CPUMillis
+	}
+	if l.MemoryBytes > 0 {
+		d.MemoryBytes = l.MemoryBytes
+	}
+	if l.DiskBytes > 0 {
+		d.DiskBytes = l.DiskBytes
+	}
+	if l.Pids > 0 {
+		d.Pids = l.Pids
+	}
+	if l.OpenFiles > 0 {
+		d.OpenFiles = l.OpenFiles
+	}
+	return d
+}
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	ID       string            `json:"id"`       // unique, [a-z0-9-], at most 63 bytes
+	Hostname string            `json:"hostname"` // defaults to ID
+	Layers   []Layer           `json:"layers"`   // template rootfs; at least one with Target "/"
+	Env      map[string]string `json:"env,omitempty"`
+	User     string            `json:"user,omitempty"`    // default user for processes and files ("user")
+	Workdir  string            `json:"workdir,omitempty"` // default working directory (the user's home)
+	Limits   Limits            `json:"limits"`
+}
+
+// Validate checks the parts of a spec every backend relies on.
+func (s *Spec) Validate() error {
+	if s.ID == "" || len(s.ID) > 63 {
+		return fmt.Errorf("%w: id must be 1 to 63 bytes", ErrInvalidSpec)
+	}
+	for _, c := range s.ID {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("%w: id %q may hold only a-z, 0-9 and '-'", ErrInvalidSpec, s.ID)
+		}
+	}
+	root := false
+	for _, l := range s.Layers {
+		if l.Target == "/" {
+			root = true
+		}
+		if len(l.Target) == 0 || l.Target[0] != '/' || l.Path == "" {
+			return fmt.Errorf("%w: layer %q -> %q must have an absolute target and a path", ErrInvalidSpec, l.Path, l.Target)
+		}
+	}
+	if !root {
+		return fmt.Errorf("%w: no root layer", ErrInvalidSpec)
+	}
+	l := s.Limits
+	if l.CPUMillis < 0 || l.MemoryBytes < 0 || l.DiskBytes < 0 || l.Pids < 0 || l.OpenFiles < 0 {
+		return fmt.Errorf("%w: limits must not be negative", ErrInvalidSpec)
+	}
+	if l.MemoryBytes != 0 && l.MemoryBytes < 16<<20 {
+		return fmt.Errorf("%w: memory limit below 16 MiB", ErrInvalidSpec)
+	}
+	if l.Pids != 0 && l.Pids < 8 {
+		return fmt.Errorf("%w: pids limit below 8", ErrInvalidSpec)
+	}
+	return nil
+}
+
+// State is what a backend observes about a sandbox.
+type State string
+
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+	StateStopped State = "stopped"
+)
+
+// ExitStatus says how a sandbox ended.
+type ExitStatus struct {
+	Code     int       `json:"code"`
+	Signal   int       `json:"signal,omitempty"`
+	OOMKill  bool      `json:"oom_kill,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	ExitedAt time.Time `json:"exited_at"`
+}
+
+// Usage is a resource reading. Fields a backend cannot observe are -1.
+type Usage struct {
+	CPUNanos      int64 `json:"cpu_nanos"`
+	MemoryBytes   int64 `json:"memory_bytes"`
+	MemoryPeak    int64 `json:"memory_peak"`
+	Pids          int64 `json:"pids"`
+	DiskBytes     int64 `json:"disk_bytes"`
+	OOMEvents     int64 `json:"oom_events"`
+	PidsLimitHits int64 `json:"pids_limit_hits"`
+}
+
+// Capabilities describes a backend as data.
+type Capabilities struct {
+	Isolation      string `json:"isolation"` // "namespaces", "gvisor", "kvm"
+	Pause          bool   `json:"pause"`
+	MemorySnapshot bool   `json:"memory_snapshot"`
+	Fork           bool   `json:"fork"`
+	GPU            bool   `json:"gpu"`
+	NeedsRoot      bool   `json:"needs_root"`
+	NeedsKVM       bool   `json:"needs_kvm"`
+}
+
+// Backend boots and stops sandboxes. Exec and files never go through it: they
+// go to the in-sandbox agent reached by DialAgent, so they behave the same on
+// every backend. All methods are safe for concurrent use.
+type Backend interface {
+	ID() string
+	Capabilities() Capabilities
+	// Create reserves host resources for spec. Nothing runs yet.
+	Create(ctx context.Context, spec Spec) (Handle, error)
+	// Start boots the sandbox; it returns when the agent accepts connections.
+	Start(ctx context.Context, h Handle) error
+	// Stop sends SIGTERM to every process, then SIGKILL after grace.
+	Stop(ctx context.Context, h Handle, grace time.Duration) error
+	// Kill ends every process of the sandbox at once.
+	Kill(ctx context.Context, h Handle) error
+	// Wait blocks until the sandbox has stopped or ctx ends.
+	Wait(ctx context.Context, h Handle) (ExitStatus, error)
+	Status(ctx context.Context, h Handle) (State, error)
+	Usage(ctx context.Context, h Handle) (Usage, error)
+	// DialAgent opens a new byte stream to the sandbox's agent.
+	DialAgent(ctx context.Context, h Handle) (net.Conn, error)
+	// Recover re-attaches to a sandbox after a daemon restart, or frees what
+	// is left of it and returns an error wrapping ErrLost.
+	Recover(ctx context.Context, h Handle) error
+	// Delete kills the sandbox if needed and frees every host resource. Idempotent.
+	Delete(ctx context.Context, h Handle) error
+}
+
+// Pauser is implemented by backends that can pause a sandbox.
+type Pauser interface {
+	Pause(ctx context.Context, h Handle) error
+	Resume(ctx context.Context, h Handle) error
+}
+
+// SnapshotRef names a stored snapshot.
+type SnapshotRef struct {
+	ID   string          `json:"id"`
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Snapshotter is implemented by backends that snapshot memory and files.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, h Handle) (SnapshotRef, error)
+	Restore(ctx context.Context, ref SnapshotRef, spec Spec) (Handle, error)
+}
+
+// Registration is how a backend makes itself known.
+type Registration struct {
+	ID string
+	// New builds the backend from its config section (may be nil).
+	New func(config json.RawMessage) (Backend, error)
+	// Preflight reports why the host cannot run this backend, or nil.
+	Preflight func() error
+}
+
+var (
+	regMu sync.Mutex
+	reg   = map[string]Registration{}
+)
+
+// Register adds a backend; it panics on a duplicate ID (call it from init).
+func Register(r Registration) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := reg[r.ID]; dup {
+		panic("backend: duplicate registration of " + r.ID)
+	}
+	reg[r.ID] = r
+}
+
+// Lookup returns the registration for id.
+func Lookup(id string) (Registration, bool) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	r, ok := reg[id]
+	return r, ok
+}
+
+// IDs lists registered backends in order.
+func IDs() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	ids := make([]string, 0, len(reg))
+	for id := range reg {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
