@@ -1,0 +1,93 @@
+package process
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// reapPoll is a fallback: the reaper also looks for exited children this
+// often, in case a SIGCHLD was ever missed (they coalesce, and one sent before
+// signal.Notify took effect is lost).
+const reapPoll = 5 * time.Second
+
+// reaper is the one central reaper of the agent. Exit statuses are process
+// wide (any wait4(-1) may collect any child), so there is exactly one per OS
+// process, shared by every Service: a goroutine woken by SIGCHLD that loops
+// wait4(-1, WNOHANG) and hands each status to the tracked process with that
+// pid. Untracked children (orphans reparented to PID 1 or to a subreaper,
+// double-forked daemons) are simply reaped so they never linger as zombies.
+//
+// Consequence: nothing else in the same OS process may wait for its own
+// children (os/exec's Cmd.Wait, os.Process.Wait): the reaper may collect them
+// first and Wait then fails with ECHILD.
+var reaper struct {
+	once  sync.Once
+	mu    sync.Mutex                       // held across fork+register and around dispatch lookup
+	procs map[int]func(syscall.WaitStatus) // pid -> exit callback
+}
+
+// startReaper installs the SIGCHLD handler and starts the reaper goroutine,
+// once per OS process. It must run before the first child is forked.
+func startReaper() {
+	reaper.once.Do(func() {
+		reaper.procs = map[int]func(syscall.WaitStatus){}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGCHLD)
+		go reapLoop(ch)
+	})
+}
+
+func reapLoop(ch <-chan os.Signal) {
+	t := time.NewTicker(reapPoll)
+	defer t.Stop()
+	for {
+		reapAll()
+		select {
+		case <-ch:
+		case <-t.C:
+		}
+	}
+}
+
+// reapAll collects every child that has exited so far.
+func reapAll() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 { // ECHILD: no children; 0: none exited yet
+			return
+		}
+		if !ws.Exited() && !ws.Signaled() {
+			continue // stopped/continued: not requested (no WUNTRACED), ignore
+		}
+		// Taking the lock waits out a spawn in progress, so a child that exits
+		// before its parent has registered it is still dispatched.
+		reaper.mu.Lock()
+		fn := reaper.procs[pid]
+		delete(reaper.procs, pid)
+		reaper.mu.Unlock()
+		if fn != nil {
+			fn(ws)
+		}
+	}
+}
+
+// forkExec starts a child with syscall.ForkExec and registers onExit for its
+// pid atomically with respect to the reaper.
+func forkExec(path string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
+	startReaper()
+	reaper.mu.Lock()
+	defer reaper.mu.Unlock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		return 0, err
+	}
+	reaper.procs[pid] = onExit
+	return pid, nil
+}

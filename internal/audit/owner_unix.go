@@ -1,0 +1,16 @@
+//go:build unix
+
+package audit
+
+import (
+	"io/fs"
+	"syscall"
+)
+
+func fileOwner(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}

@@ -1,0 +1,221 @@
+// Package auth authenticates API callers: principals (users and agents),
+// their API keys and the scopes the keys carry.
+//
+// A key looks like wdn_<id>_<secret> (see Key). Only the SHA-256 of the
+// secret is stored; the whole key is shown once, when it is issued.
+// Authenticate reads the key from the store on every call, so a revoked
+// key is refused from the next request on: there is no cache to outlive a
+// revocation. The key's last-used time is written at most once per
+// TouchInterval per key, so authentication normally costs two indexed
+// reads and no write.
+//
+// On first start Bootstrap creates the "admin" user with an admin key and
+// writes the key to a 0600 file.
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// Errors of Authenticate. All of them wrap ErrUnauthenticated (HTTP 401);
+// the message given to the caller should not say which one it was.
+var (
+	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrNoCredentials   = fmt.Errorf("%w: no api key", ErrUnauthenticated)
+	ErrMalformed       = fmt.Errorf("%w: malformed api key", ErrUnauthenticated)
+	// ErrInvalidKey: no key with that ID, or the secret does not match.
+	ErrInvalidKey = fmt.Errorf("%w: invalid api key", ErrUnauthenticated)
+	// ErrRevoked: the key was revoked. Only returned to callers that
+	// present the right secret.
+	ErrRevoked = fmt.Errorf("%w: api key revoked", ErrUnauthenticated)
+)
+
+// Identity is an authenticated caller: the principal and the key it used.
+type Identity struct {
+	Principal store.Principal
+	Key       store.APIKey // never carries the secret
+	Scopes    []Scope
+}
+
+// Has reports whether the identity holds scope s. ScopeAdmin implies
+// every scope.
+func (id Identity) Has(s Scope) bool {
+	return slices.Contains(id.Scopes, s) || slices.Contains(id.Scopes, ScopeAdmin)
+}
+
+// CanAccessSandbox reports whether the identity may act on a sandbox owned
+// by the given principal: its own, or anyone's with ScopeSandboxesAll (or
+// ScopeAdmin). The operation's own scope (sandboxes:exec ...) is checked
+// separately with Has.
+func (id Identity) CanAccessSandbox(owner string) bool {
+	return (owner != "" && owner == id.Principal.ID) || id.Has(ScopeSandboxesAll)
+}
+
+// DefaultTouchInterval is how often a key's last-used time is written.
+const DefaultTouchInterval = time.Minute
+
+// Authenticator checks API keys against a store and issues new ones.
+type Authenticator struct {
+	st            store.Store
+	now           func() time.Time
+	touchInterval time.Duration
+
+	mu      sync.Mutex
+	touched map[string]time.Time // key ID -> last last-used write by us
+}
+
+// Option configures an Authenticator.
+type Option func(*Authenticator)
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(a *Authenticator) { a.now = now } }
+
+// WithTouchInterval sets how often last-used times are written.
+func WithTouchInterval(d time.Duration) Option {
+	return func(a *Authenticator) { a.touchInterval = d }
+}
+
+// New returns an Authenticator over st.
+func New(st store.Store, opts ...Option) *Authenticator {
+	a := &Authenticator{st: st, now: time.Now, touchInterval: DefaultTouchInterval, touched: map[string]time.Time{}}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+// Authenticate checks the Authorization header value and returns the
+// caller's identity. Errors wrap ErrUnauthenticated, except store failures,
+// which do not (HTTP 500/503, not 401).
+func (a *Authenticator) Authenticate(ctx context.Context, header string) (Identity, error) {
+	key, err := ParseAuthorization(header)
+	if err != nil {
+		return Identity{}, err
+	}
+	rec, err := a.st.GetKeyByID(ctx, key.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		// Spend the same hashing work as for a known key.
+		matchHash(key.Secret, "")
+		return Identity{}, ErrInvalidKey
+	}
+	if err != nil {
+		return Identity{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if !matchHash(key.Secret, rec.Hash) {
+		return Identity{}, ErrInvalidKey
+	}
+	if !rec.RevokedAt.IsZero() {
+		return Identity{}, ErrRevoked
+	}
+	p, err := a.st.GetPrincipal(ctx, rec.PrincipalID)
+	if err != nil {
+		return Identity{}, fmt.Errorf("authenticate: key %s: %w", rec.ID, err)
+	}
+	a.touch(ctx, rec)
+	scopes := make([]Scope, len(rec.Scopes))
+	for i, s := range rec.Scopes {
+		scopes[i] = Scope(s)
+	}
+	return Identity{Principal: p, Key: rec, Scopes: scopes}, nil
+}
+
+// touch writes the key's last-used time if neither the stored value nor
+// our own last write is within the touch interval. A failed write is not
+// an authentication failure; it is retried after the interval.
+func (a *Authenticator) touch(ctx context.Context, k store.APIKey) {
+	now := a.now()
+	a.mu.Lock()
+	last := a.touched[k.ID]
+	if k.LastUsedAt.After(last) {
+		last = k.LastUsedAt
+	}
+	if now.Sub(last) < a.touchInterval {
+		a.mu.Unlock()
+		return
+	}
+	a.touched[k.ID] = now
+	a.mu.Unlock()
+	_ = a.st.TouchKey(ctx, k.ID, now)
+}
+
+// CreatePrincipal creates a principal of the given kind
+// (store.PrincipalUser or store.PrincipalAgent) with a new ID "pr-...".
+// createdBy is the creating principal's ID ("" only for bootstrap).
+func (a *Authenticator) CreatePrincipal(ctx context.Context, kind, name, createdBy string) (store.Principal, error) {
+	p, err := newPrincipal(kind, name, createdBy, a.now())
+	if err != nil {
+		return store.Principal{}, err
+	}
+	if err := a.st.CreatePrincipal(ctx, p); err != nil {
+		return store.Principal{}, fmt.Errorf("create principal: %w", err)
+	}
+	return p, nil
+}
+
+// IssueKey creates a key for the principal and returns it in wire form
+// together with its stored record. The wire form is not kept anywhere:
+// show it once.
+func (a *Authenticator) IssueKey(ctx context.Context, principalID, name string, scopes []Scope) (string, store.APIKey, error) {
+	for _, s := range scopes {
+		if !s.Valid() {
+			return "", store.APIKey{}, fmt.Errorf("issue api key: unknown scope %q", s)
+		}
+	}
+	// An 8-character ID leaves room for rare collisions: retry.
+	for range 5 {
+		k, rec, err := newKey(principalID, name, scopes, a.now())
+		if err != nil {
+			return "", store.APIKey{}, fmt.Errorf("issue api key: %w", err)
+		}
+		err = a.st.CreateKey(ctx, rec)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return "", store.APIKey{}, fmt.Errorf("issue api key: %w", err)
+		}
+		return k.String(), rec, nil
+	}
+	return "", store.APIKey{}, errors.New("issue api key: no free key id after 5 tries")
+}
+
+// RevokeKey revokes a key. It takes effect at the next Authenticate.
+func (a *Authenticator) RevokeKey(ctx context.Context, id string) (store.APIKey, error) {
+	k, err := a.st.RevokeKey(ctx, id, a.now())
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("revoke api key: %w", err)
+	}
+	return k, nil
+}
+
+func newPrincipal(kind, name, createdBy string, now time.Time) (store.Principal, error) {
+	if kind != store.PrincipalUser && kind != store.PrincipalAgent {
+		return store.Principal{}, fmt.Errorf("create principal: kind %q: want user or agent", kind)
+	}
+	if name == "" {
+		return store.Principal{}, errors.New("create principal: empty name")
+	}
+	id, err := randomString(idAlphabet, 16)
+	if err != nil {
+		return store.Principal{}, fmt.Errorf("create principal: %w", err)
+	}
+	return store.Principal{ID: "pr-" + id, Kind: kind, Name: name, CreatedBy: createdBy, CreatedAt: now}, nil
+}
+
+func newKey(principalID, name string, scopes []Scope, now time.Time) (Key, store.APIKey, error) {
+	k, err := GenerateKey()
+	if err != nil {
+		return Key{}, store.APIKey{}, err
+	}
+	return k, store.APIKey{
+		ID: k.ID, PrincipalID: principalID, Name: name, Prefix: k.Prefix(), Hash: k.Hash(),
+		Scopes: scopeStrings(scopes), CreatedAt: now,
+	}, nil
+}

@@ -1,0 +1,60 @@
+package auth
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Scope is a permission carried by an API key.
+type Scope string
+
+// Scopes. ScopeAdmin implies every other scope.
+const (
+	ScopeSandboxesCreate Scope = "sandboxes:create"
+	ScopeSandboxesRead   Scope = "sandboxes:read"
+	ScopeSandboxesExec   Scope = "sandboxes:exec"
+	ScopeSandboxesDelete Scope = "sandboxes:delete"
+	// ScopeSandboxesAll extends the sandbox and file scopes to sandboxes
+	// owned by other principals.
+	ScopeSandboxesAll Scope = "sandboxes:all"
+	ScopeFilesRead    Scope = "files:read"
+	ScopeFilesWrite   Scope = "files:write"
+	ScopeKeysManage   Scope = "keys:manage"
+	ScopeAuditRead    Scope = "audit:read"
+	ScopeAdmin        Scope = "admin"
+)
+
+var allScopes = []Scope{
+	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
+	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeAdmin,
+}
+
+// AllScopes returns every defined scope, in documentation order.
+func AllScopes() []Scope { return slices.Clone(allScopes) }
+
+// Valid reports whether s is a defined scope.
+func (s Scope) Valid() bool { return slices.Contains(allScopes, s) }
+
+// ParseScopes validates scope names, for example from a key creation
+// request, and returns them without duplicates in the order given.
+func ParseScopes(names []string) ([]Scope, error) {
+	out := make([]Scope, 0, len(names))
+	for _, n := range names {
+		s := Scope(n)
+		if !s.Valid() {
+			return nil, fmt.Errorf("unknown scope %q", n)
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func scopeStrings(scopes []Scope) []string {
+	out := make([]string, len(scopes))
+	for i, s := range scopes {
+		out[i] = string(s)
+	}
+	return out
+}

@@ -1,0 +1,848 @@
+// Package native is Warden's namespace backend: each sandbox is a tree of
+// processes in fresh user, pid, mount, network, uts, ipc and cgroup
+// namespaces, with its own host uid range, its own cgroup, a root filesystem
+// made of the template's idmapped read-only layers under a size-limited
+// writable overlay, and warden-agent as its PID 1. See docs/architecture.md
+// for the setup sequence.
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warden-sandbox/warden/internal/agent"
+	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
+	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
+)
+
+// ID is the backend's registry name.
+const ID = "native"
+
+var _ backend.Backend = (*Backend)(nil)
+var _ backend.Pauser = (*Backend)(nil)
+
+func init() {
+	backend.Register(backend.Registration{
+		ID: ID,
+		New: func(raw json.RawMessage) (backend.Backend, error) {
+			var c Config
+			if len(raw) > 0 {
+				if err := json.Unmarshal(raw, &c); err != nil {
+					return nil, fmt.Errorf("native config: %w", err)
+				}
+			}
+			return New(c)
+		},
+		Preflight: Preflight,
+	})
+}
+
+// Config configures the native backend.
+type Config struct {
+	// RunDir holds one directory per sandbox (agent socket, state, log).
+	RunDir string `json:"run_dir"`
+	// AgentPath is the warden-agent binary; default: next to the running
+	// executable, then $PATH.
+	AgentPath string `json:"agent_path"`
+	// UIDBase is the first host uid handed to sandboxes; each sandbox gets
+	// UIDRange ids from a slot of its own.
+	UIDBase  uint32 `json:"uid_base"`
+	UIDRange uint32 `json:"uid_range"`
+	// MaxSandboxes bounds the number of uid slots.
+	MaxSandboxes int `json:"max_sandboxes"`
+	// Landlock: "require", "best-effort" (default) or "off".
+	Landlock string `json:"landlock"`
+	// StartTimeout bounds how long Start waits for the agent.
+	StartTimeout time.Duration `json:"start_timeout"`
+}
+
+func (c *Config) defaults() {
+	if c.RunDir == "" {
+		c.RunDir = "/run/warden/native"
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 1 << 20
+	}
+	if c.UIDRange == 0 {
+		c.UIDRange = 65536
+	}
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = 4096
+	}
+	if c.Landlock == "" {
+		c.Landlock = "best-effort"
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+}
+
+// Preflight reports why this host cannot run native sandboxes.
+func Preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("native backend needs root (it maps a host uid range per sandbox)")
+	}
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return fmt.Errorf("user namespaces unavailable: %w", err)
+	}
+	if _, err := cgroup.Available(); err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	return nil
+}
+
+// Backend is the native backend.
+type Backend struct {
+	cfg   Config
+	agent string
+
+	mu    sync.Mutex
+	slots map[int]string // uid slot -> sandbox id
+	boxes map[string]*box
+}
+
+// box is the live state of one sandbox.
+type box struct {
+	id    string
+	state handleData
+	spec  backend.Spec
+
+	mu      sync.Mutex // serialises Start
+	started bool
+	pidfd   int
+	cmd     *exec.Cmd // nil after a recovery: the agent is not our child
+
+	exitOnce sync.Once
+	done     chan struct{} // closed when the agent has exited
+	exit     backend.ExitStatus
+}
+
+// handleData is the backend-private part of a Handle.
+type handleData struct {
+	Slot      int    `json:"slot"`
+	UIDBase   uint32 `json:"uid_base"`
+	UIDRange  uint32 `json:"uid_range"`
+	Cgroup    string `json:"cgroup"`
+	Dir       string `json:"dir"`
+	Pid       int    `json:"pid,omitempty"`
+	StartTime uint64 `json:"start_time,omitempty"` // /proc/<pid>/stat field 22, guards against pid reuse
+}
+
+// New builds the backend.
+func New(cfg Config) (*Backend, error) {
+	cfg.defaults()
+	switch cfg.Landlock {
+	case "require", "best-effort", "off":
+	default:
+		return nil, fmt.Errorf("native config: landlock must be require, best-effort or off, not %q", cfg.Landlock)
+	}
+	agentPath, err := findAgent(cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	// 0711: a sandbox's init (an unprivileged host uid) must traverse the run
+	// directory to reach its stage directory; nobody can list it.
+	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create run dir: %w", err)
+	}
+	if err := os.Chmod(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create run dir: %w", err)
+	}
+	return &Backend{cfg: cfg, agent: agentPath, slots: map[int]string{}, boxes: map[string]*box{}}, nil
+}
+
+func findAgent(p string) (string, error) {
+	if p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("agent binary: %w", err)
+		}
+		return filepath.Abs(p)
+	}
+	if exe, err := os.Executable(); err == nil {
+		c := filepath.Join(filepath.Dir(exe), "warden-agent")
+		if _, err := os.Stat(c); err == nil {
+			return c, nil
+		}
+	}
+	if c, err := exec.LookPath("warden-agent"); err == nil {
+		return filepath.Abs(c)
+	}
+	return "", errors.New("agent binary warden-agent not found next to this program or on PATH (build it with: CGO_ENABLED=0 go build -o bin/warden-agent ./cmd/warden-agent)")
+}
+
+// ID implements backend.Backend.
+func (b *Backend) ID() string { return ID }
+
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: "namespaces", Pause: true, NeedsRoot: true}
+}
+
+func (b *Backend) handle(bx *box) backend.Handle {
+	raw, _ := json.Marshal(bx.state)
+	return backend.Handle{Version: backend.HandleVersion, Backend: ID, ID: bx.id, Data: raw}
+}
+
+func (b *Backend) lookup(h backend.Handle) (*box, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bx, ok := b.boxes[h.ID]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", h.ID, backend.ErrNotFound)
+	}
+	return bx, nil
+}
+
+// Create implements backend.Backend.
+func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Handle, err error) {
+	if err := spec.Validate(); err != nil {
+		return h, err
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	for _, l := range spec.Layers {
+		if st, err := os.Stat(l.Path); err != nil || !st.IsDir() {
+			return h, fmt.Errorf("%w: layer %s is not a directory", backend.ErrInvalidSpec, l.Path)
+		}
+	}
+	b.mu.Lock()
+	if _, dup := b.boxes[spec.ID]; dup {
+		b.mu.Unlock()
+		return h, fmt.Errorf("%w: id %s already in use", backend.ErrInvalidSpec, spec.ID)
+	}
+	slot := -1
+	for i := 0; i < b.cfg.MaxSandboxes; i++ {
+		if _, used := b.slots[i]; !used {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		b.mu.Unlock()
+		return h, fmt.Errorf("no free uid range: %d sandboxes already exist", b.cfg.MaxSandboxes)
+	}
+	b.slots[slot] = spec.ID
+	bx := &box{id: spec.ID, spec: spec, pidfd: -1, done: make(chan struct{})}
+	b.boxes[spec.ID] = bx
+	b.mu.Unlock()
+	defer func() {
+		if err != nil {
+			b.forget(bx)
+		}
+	}()
+
+	dir := filepath.Join(b.cfg.RunDir, spec.ID)
+	bx.state = handleData{
+		Slot:     slot,
+		UIDBase:  b.cfg.UIDBase + uint32(slot)*b.cfg.UIDRange,
+		UIDRange: b.cfg.UIDRange,
+		Cgroup:   "sb-" + spec.ID,
+		Dir:      dir,
+	}
+	os.RemoveAll(dir) // a stale directory from a crashed run
+	stage := filepath.Join(dir, "stage")
+	if err := os.MkdirAll(stage, 0o700); err != nil {
+		return h, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	// The init mounts its writable layer on stage as the sandbox's root.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return h, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	if err := os.Chown(stage, int(bx.state.UIDBase), int(bx.state.UIDBase)); err != nil {
+		return h, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	l := spec.Limits
+	cg, err := cgroup.Create(bx.state.Cgroup, cgroup.Limits{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes, Pids: l.Pids})
+	if err != nil {
+		os.RemoveAll(dir)
+		return h, fmt.Errorf("create cgroup: %w", err)
+	}
+	_ = cg
+	return b.handle(bx), nil
+}
+
+// forget drops a box and releases its slot and host resources.
+func (b *Backend) forget(bx *box) {
+	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+		cg.Delete()
+	}
+	if bx.state.Dir != "" {
+		os.RemoveAll(bx.state.Dir)
+	}
+	b.mu.Lock()
+	if b.boxes[bx.id] == bx {
+		delete(b.boxes, bx.id)
+	}
+	if id, ok := b.slots[bx.state.Slot]; ok && id == bx.id {
+		delete(b.slots, bx.state.Slot)
+	}
+	b.mu.Unlock()
+}
+
+// Start implements backend.Backend.
+func (b *Backend) Start(ctx context.Context, h backend.Handle) (err error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.started {
+		return fmt.Errorf("%s: %w", bx.id, backend.ErrAlreadyStart)
+	}
+	bx.started = true
+	spec := bx.spec
+	st := &bx.state
+
+	// The agent's listener lives on the host; only its fd enters the sandbox.
+	sock := filepath.Join(st.Dir, "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	defer lnFile.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync socket: %w", err)
+	}
+	parentF, childF := os.NewFile(uintptr(pair[0]), "sync"), os.NewFile(uintptr(pair[1]), "sync-child")
+	defer parentF.Close()
+	defer childF.Close()
+	logf, err := os.OpenFile(filepath.Join(st.Dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("agent log: %w", err)
+	}
+	defer logf.Close()
+
+	cmd := exec.Command(b.agent, "init")
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdin = nil
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{childF, lnFile} // fds 3 and 4
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+			unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(st.UIDBase), Size: int(st.UIDRange)}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(st.UIDBase), Size: int(st.UIDRange)}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		Setsid:                     true,
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start agent: %w", err)
+	}
+	childF.Close()
+	pid := cmd.Process.Pid
+	bx.cmd = cmd
+	go func() {
+		err := cmd.Wait()
+		bx.finish(exitStatusOf(cmd.ProcessState, err))
+	}()
+	defer func() {
+		if err != nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+			<-bx.done
+		}
+	}()
+	if st.StartTime, err = procStartTime(pid); err != nil {
+		return err
+	}
+	st.Pid = pid
+	if bx.pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
+		return fmt.Errorf("pidfd: %w", err)
+	}
+	cg, err := cgroup.Load(st.Cgroup)
+	if err != nil {
+		return fmt.Errorf("load cgroup: %w", err)
+	}
+	if err := cg.AddProc(pid); err != nil {
+		return fmt.Errorf("enter cgroup: %w", err)
+	}
+	// Idmapped template layers: host uid 0 appears as this sandbox's root.
+	fds, err := idmappedLayers(pid, spec.Layers)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	layers := make([]nsinit.Layer, len(spec.Layers))
+	for i, l := range spec.Layers {
+		layers[i] = nsinit.Layer{Target: l.Target, Fd: i}
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	icfg := nsinit.Config{
+		Hostname:  hostname,
+		StageDir:  filepath.Join(st.Dir, "stage"),
+		Layers:    layers,
+		DiskBytes: spec.Limits.DiskBytes,
+		TmpBytes:  spec.Limits.DiskBytes,
+		ShmBytes:  min(spec.Limits.MemoryBytes/2, 64<<20),
+		OpenFiles: spec.Limits.OpenFiles,
+		Landlock:  b.cfg.Landlock,
+		Agent:     agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env},
+	}
+	conn, err := net.FileConn(parentF)
+	if err != nil {
+		return fmt.Errorf("sync socket: %w", err)
+	}
+	defer conn.Close()
+	uc := conn.(*net.UnixConn)
+	if err := nsinit.Send(uc, icfg, fds); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(b.cfg.StartTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := nsinit.WaitReady(uc, deadline); err != nil {
+		return fmt.Errorf("start sandbox %s: %w", bx.id, err)
+	}
+	b.saveState(bx)
+	return nil
+}
+
+func (bx *box) finish(es backend.ExitStatus) {
+	bx.exitOnce.Do(func() {
+		bx.exit = es
+		close(bx.done)
+	})
+}
+
+func exitStatusOf(ps *os.ProcessState, err error) backend.ExitStatus {
+	es := backend.ExitStatus{ExitedAt: time.Now()}
+	if ps == nil {
+		es.Code = -1
+		if err != nil {
+			es.Reason = err.Error()
+		}
+		return es
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		es.Signal = int(ws.Signal())
+		es.Code = 128 + es.Signal
+		es.Reason = "agent killed by " + ws.Signal().String()
+		return es
+	}
+	es.Code = ps.ExitCode()
+	if es.Code != 0 {
+		es.Reason = "agent exited with status " + strconv.Itoa(es.Code)
+	}
+	return es
+}
+
+// idmappedLayers returns detached, read-only, idmapped clones of each layer's
+// directory, mapped through the sandbox's user namespace.
+func idmappedLayers(pid int, layers []backend.Layer) ([]int, error) {
+	nsfd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(nsfd)
+	var fds []int
+	for _, l := range layers {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, l.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fds, fmt.Errorf("clone layer %s: %w", l.Path, err)
+		}
+		fds = append(fds, fd)
+		attr := &unix.MountAttr{
+			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+			Userns_fd: uint64(nsfd),
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+			return fds, fmt.Errorf("idmap layer %s: %w", l.Path, err)
+		}
+	}
+	return fds, nil
+}
+
+// procStartTime reads field 22 of /proc/<pid>/stat.
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read process start time: %w", err)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func (b *Backend) saveState(bx *box) {
+	raw, _ := json.Marshal(b.handle(bx))
+	tmp := filepath.Join(bx.state.Dir, "handle.json.tmp")
+	if os.WriteFile(tmp, raw, 0o600) == nil {
+		os.Rename(tmp, filepath.Join(bx.state.Dir, "handle.json"))
+	}
+}
+
+// Handle returns the current handle of a sandbox (with its pid once started).
+func (b *Backend) Handle(id string) (backend.Handle, error) {
+	bx, err := b.lookup(backend.Handle{ID: id})
+	if err != nil {
+		return backend.Handle{}, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return b.handle(bx), nil
+}
+
+func (bx *box) running() bool {
+	select {
+	case <-bx.done:
+		return false
+	default:
+		return bx.state.Pid != 0
+	}
+}
+
+// Stop implements backend.Backend.
+func (b *Backend) Stop(ctx context.Context, h backend.Handle, grace time.Duration) error {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	if !bx.running() {
+		return nil
+	}
+	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+		if procs, err := cg.Procs(); err == nil {
+			for _, p := range procs {
+				if p != bx.state.Pid {
+					syscall.Kill(p, syscall.SIGTERM)
+				}
+			}
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			case <-tick.C:
+				if procs, err := cg.Procs(); err != nil || len(procs) <= 1 {
+					break wait
+				}
+			}
+		}
+	}
+	return b.Kill(ctx, h)
+}
+
+// Kill implements backend.Backend.
+func (b *Backend) Kill(ctx context.Context, h backend.Handle) error {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	if bx.pidfd >= 0 {
+		// Killing PID 1 of the pid namespace kills every process in it.
+		unix.PidfdSendSignal(bx.pidfd, unix.SIGKILL, nil, 0)
+	}
+	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+		cg.Kill()
+	}
+	if bx.state.Pid == 0 {
+		return nil
+	}
+	select {
+	case <-bx.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait implements backend.Backend.
+func (b *Backend) Wait(ctx context.Context, h backend.Handle) (backend.ExitStatus, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return backend.ExitStatus{}, err
+	}
+	if bx.state.Pid == 0 {
+		return backend.ExitStatus{}, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	select {
+	case <-bx.done:
+		return bx.exit, nil
+	case <-ctx.Done():
+		return backend.ExitStatus{}, ctx.Err()
+	}
+}
+
+// Status implements backend.Backend.
+func (b *Backend) Status(ctx context.Context, h backend.Handle) (backend.State, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return "", err
+	}
+	if bx.state.Pid == 0 {
+		return backend.StateCreated, nil
+	}
+	if !bx.running() {
+		return backend.StateStopped, nil
+	}
+	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+		if frozen, err := cg.Frozen(); err == nil && frozen {
+			return backend.StatePaused, nil
+		}
+	}
+	return backend.StateRunning, nil
+}
+
+// Usage implements backend.Backend.
+func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return backend.Usage{}, err
+	}
+	cg, err := cgroup.Load(bx.state.Cgroup)
+	if err != nil {
+		return backend.Usage{}, fmt.Errorf("load cgroup: %w", err)
+	}
+	s, err := cg.Stats()
+	if err != nil {
+		return backend.Usage{}, fmt.Errorf("cgroup stats: %w", err)
+	}
+	u := backend.Usage{CPUNanos: int64(s.CPUNanos), MemoryBytes: int64(s.MemoryBytes), MemoryPeak: int64(s.MemoryPeak),
+		Pids: int64(s.Pids), OOMEvents: int64(s.OOMEvents), PidsLimitHits: int64(s.PidsLimitHits), DiskBytes: -1}
+	if bx.running() {
+		// The root overlay reports its upper layer, the size-limited tmpfs.
+		var sf unix.Statfs_t
+		if unix.Statfs(fmt.Sprintf("/proc/%d/root/", bx.state.Pid), &sf) == nil {
+			u.DiskBytes = int64(sf.Blocks-sf.Bfree) * sf.Bsize
+		}
+	}
+	return u, nil
+}
+
+// DialAgent implements backend.Backend.
+func (b *Backend) DialAgent(ctx context.Context, h backend.Handle) (net.Conn, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return nil, err
+	}
+	if !bx.running() {
+		return nil, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", filepath.Join(bx.state.Dir, "agent.sock"))
+	if err != nil {
+		return nil, fmt.Errorf("dial agent: %w", err)
+	}
+	return c, nil
+}
+
+// Pause implements backend.Pauser: the cgroup is frozen; memory stays resident.
+func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	if !bx.running() {
+		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	cg, err := cgroup.Load(bx.state.Cgroup)
+	if err != nil {
+		return fmt.Errorf("load cgroup: %w", err)
+	}
+	if err := cg.Freeze(); err != nil {
+		cg.Thaw() // never leave it half-frozen
+		return fmt.Errorf("freeze: %w", err)
+	}
+	return nil
+}
+
+// Resume implements backend.Pauser.
+func (b *Backend) Resume(ctx context.Context, h backend.Handle) error {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	cg, err := cgroup.Load(bx.state.Cgroup)
+	if err != nil {
+		return fmt.Errorf("load cgroup: %w", err)
+	}
+	if err := cg.Thaw(); err != nil {
+		return fmt.Errorf("thaw: %w", err)
+	}
+	return nil
+}
+
+// Recover implements backend.Backend.
+func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
+	var st handleData
+	if h.Backend != ID || h.Version != backend.HandleVersion || json.Unmarshal(h.Data, &st) != nil {
+		return fmt.Errorf("%s: unreadable handle: %w", h.ID, backend.ErrLost)
+	}
+	bx := &box{id: h.ID, state: st, pidfd: -1, done: make(chan struct{}), started: true}
+	b.mu.Lock()
+	if _, dup := b.boxes[h.ID]; dup {
+		b.mu.Unlock()
+		return nil // already attached
+	}
+	if owner, used := b.slots[st.Slot]; used && owner != h.ID {
+		b.mu.Unlock()
+		b.cleanupOrphan(st)
+		return fmt.Errorf("%s: uid slot taken by %s: %w", h.ID, owner, backend.ErrLost)
+	}
+	b.slots[st.Slot] = h.ID
+	b.boxes[h.ID] = bx
+	b.mu.Unlock()
+
+	reason := ""
+	switch {
+	case st.Pid == 0:
+		reason = "it never started"
+	default:
+		if t, err := procStartTime(st.Pid); err != nil || t != st.StartTime {
+			reason = "its agent is no longer running"
+		} else if fd, err := unix.PidfdOpen(st.Pid, 0); err != nil {
+			reason = "its agent is no longer running"
+		} else {
+			bx.pidfd = fd
+			// Re-check after opening the pidfd: the pid cannot be reused now.
+			if t, err := procStartTime(st.Pid); err != nil || t != st.StartTime {
+				reason = "its agent is no longer running"
+			}
+		}
+	}
+	if reason == "" {
+		if _, err := os.Stat(filepath.Join(st.Dir, "agent.sock")); err != nil {
+			reason = "its agent socket is gone"
+		}
+	}
+	if reason != "" {
+		if bx.pidfd >= 0 {
+			unix.PidfdSendSignal(bx.pidfd, unix.SIGKILL, nil, 0)
+			unix.Close(bx.pidfd)
+			bx.pidfd = -1
+		}
+		b.forget(bx)
+		return fmt.Errorf("%s: %s: %w", h.ID, reason, backend.ErrLost)
+	}
+	go bx.watchPidfd()
+	return nil
+}
+
+// watchPidfd waits for a recovered (non-child) agent to exit.
+func (bx *box) watchPidfd() {
+	fds := []unix.PollFd{{Fd: int32(bx.pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		break
+	}
+	bx.finish(backend.ExitStatus{Code: -1, ExitedAt: time.Now(), Reason: "agent exited (status unknown: started by an earlier daemon)"})
+}
+
+func (b *Backend) cleanupOrphan(st handleData) {
+	if cg, err := cgroup.Load(st.Cgroup); err == nil {
+		cg.Delete()
+	}
+	if st.Dir != "" && strings.HasPrefix(st.Dir, b.cfg.RunDir+"/") {
+		os.RemoveAll(st.Dir)
+	}
+}
+
+// Delete implements backend.Backend.
+func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
+	bx, err := b.lookup(h)
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := b.Kill(kctx, h); err != nil {
+		return fmt.Errorf("kill %s: %w", bx.id, err)
+	}
+	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+		if err := cg.Delete(); err != nil {
+			return fmt.Errorf("delete cgroup of %s: %w", bx.id, err)
+		}
+	}
+	if bx.pidfd >= 0 {
+		unix.Close(bx.pidfd)
+		bx.pidfd = -1
+	}
+	b.forget(bx)
+	return nil
+}
+
+// Orphans lists sandbox directories under the run dir that no live sandbox
+// owns (for cleanup after a crash when the store lost their handles).
+func (b *Backend) Orphans() ([]string, error) {
+	ents, err := os.ReadDir(b.cfg.RunDir)
+	if err != nil {
+		return nil, fmt.Errorf("read run dir: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, e := range ents {
+		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// ReadHandle reads the handle a sandbox's directory recorded at start.
+func (b *Backend) ReadHandle(id string) (backend.Handle, error) {
+	var h backend.Handle
+	raw, err := os.ReadFile(filepath.Join(b.cfg.RunDir, id, "handle.json"))
+	if err != nil {
+		return h, fmt.Errorf("read handle: %w", err)
+	}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return h, fmt.Errorf("decode handle: %w", err)
+	}
+	return h, nil
+}

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package landlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ExecRestricted is Linux-only.
+func ExecRestricted(rootfs, path string, argv, env []string) error {
+	return fmt.Errorf("landlock: %w", errors.ErrUnsupported)
+}

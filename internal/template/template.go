@@ -1,0 +1,250 @@
+// Package template provides the sandbox templates Warden boots from.
+//
+// The only template today is "base": a read-only root filesystem assembled
+// from the host's own userland, so it needs no download. It is two layers:
+//
+//   - a small generated tree, <root>/base/<version>/rootfs, mounted at "/". It
+//     holds the merged-usr symlinks (bin -> usr/bin and so on), empty
+//     mount-point directories, the sandbox user's home and a generated /etc:
+//     fresh passwd, group, shadow (locked entries only), hosts, hostname,
+//     machine-id and friends, plus a whitelist of harmless host files
+//     (ld.so.cache, CA certificates, alternatives, profile, ...). Host
+//     secrets and identity (shadow hashes, ssh keys, sudoers, machine-id,
+//     private keys, credentials) are never copied.
+//   - the host's /usr, used in place and mounted at "/usr". It is never
+//     written: every sandbox writes to its own overlay.
+//
+// EnsureBase builds the generated tree once, atomically (build in a temporary
+// directory beside the final one, then rename) and under a file lock, so
+// concurrent callers in one or several processes never see a half-built tree.
+// The version in the path combines baseVersion, bumped whenever the builder
+// changes, with a fingerprint of the host files the builder reads, so a
+// changed builder or a changed host /etc (new alternatives, a new ld.so.cache,
+// updated CA certificates) gets a fresh tree while an unchanged one is reused
+// at the cost of a few stat calls. Old trees are left in place: sandboxes
+// that still run may have them mounted.
+package template
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warden-sandbox/warden/internal/backend"
+)
+
+// baseVersion names the layout the builder produces. Bump it whenever the
+// builder changes what it writes, so hosts build a fresh tree.
+const baseVersion = "v1"
+
+// BaseName is the name of the built-in template.
+const BaseName = "base"
+
+// Names of the files beside the rootfs of a built tree.
+const (
+	stampName  = "complete" // written last: its presence marks a complete tree
+	rootfsName = "rootfs"
+	lockName   = ".lock"
+	tmpPrefix  = ".tmp-"
+)
+
+// DefaultPath is the PATH every process of a base sandbox starts with.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Default user of the base template.
+const (
+	UserName = "user"
+	UserID   = 1000
+	UserHome = "/home/user"
+)
+
+// Template is a template ready to boot sandboxes from.
+type Template struct {
+	Name    string            // "base"
+	Version string            // identifies the built tree, e.g. "v1-3fa2c0d1e9ab"
+	Layers  []backend.Layer   // top-first per target
+	Env     map[string]string // PATH and LANG; HOME is set per user by the agent
+	User    string            // default user, "user"
+	Workdir string            // default working directory, "/home/user"
+}
+
+// Spec returns a sandbox spec with id that boots from t: its layers,
+// environment, user and working directory. The caller fills in the rest
+// (hostname, limits). The returned spec shares no memory with t.
+func (t *Template) Spec(id string) backend.Spec {
+	return backend.Spec{
+		ID:      id,
+		Layers:  slices.Clone(t.Layers),
+		Env:     maps.Clone(t.Env),
+		User:    t.User,
+		Workdir: t.Workdir,
+	}
+}
+
+// EnsureBase returns the base template whose generated tree lives under root
+// (for example /var/lib/warden/templates), building the tree first when it
+// is missing. Building needs root. EnsureBase is safe to call concurrently,
+// from goroutines and from separate processes.
+func EnsureBase(root string) (*Template, error) {
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("template root %q is not an absolute path", root)
+	}
+	root = filepath.Clean(root)
+	fp, err := hostFingerprint()
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint host files: %w", err)
+	}
+	version := baseVersion + "-" + fp
+	baseDir := filepath.Join(root, BaseName)
+	dir := filepath.Join(baseDir, version)
+	if complete(dir) {
+		return baseTemplate(dir, version), nil
+	}
+	if err := buildLocked(baseDir, version); err != nil {
+		return nil, fmt.Errorf("build base template %s: %w", version, err)
+	}
+	return baseTemplate(dir, version), nil
+}
+
+func baseTemplate(dir, version string) *Template {
+	return &Template{
+		Name:    BaseName,
+		Version: version,
+		Layers: []backend.Layer{
+			{Target: "/", Path: filepath.Join(dir, rootfsName)},
+			{Target: "/usr", Path: hostUsr},
+		},
+		Env: map[string]string{
+			"PATH": DefaultPath,
+			"LANG": "C.UTF-8",
+		},
+		User:    UserName,
+		Workdir: UserHome,
+	}
+}
+
+// complete reports whether dir holds a finished tree.
+func complete(dir string) bool {
+	fi, err := os.Lstat(filepath.Join(dir, stampName))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// buildLocked builds baseDir/version unless another caller did so while this
+// one waited for the lock.
+func buildLocked(baseDir, version string) (err error) {
+	if os.Geteuid() != 0 {
+		return errors.New("building the base template needs root (files are owned by uid 0 and 1000)")
+	}
+	if err := os.MkdirAll(baseDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", baseDir, err)
+	}
+	unlock, err := lock(filepath.Join(baseDir, lockName))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	dir := filepath.Join(baseDir, version)
+	if complete(dir) {
+		return nil // built by another caller while we waited
+	}
+	// We hold the lock, so nobody else is building: temporary directories
+	// are leftovers of a crashed build, and a final directory without its
+	// stamp can only be damage. Clear both.
+	entries, err := os.ReadDir(baseDir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", baseDir, err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			if err := os.RemoveAll(filepath.Join(baseDir, e.Name())); err != nil {
+				return fmt.Errorf("remove stale build: %w", err)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove incomplete tree: %w", err)
+	}
+
+	tmp, err := os.MkdirTemp(baseDir, tmpPrefix+version+"-")
+	if err != nil {
+		return fmt.Errorf("create build directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("chmod build directory: %w", err)
+	}
+	if err := buildRootfs(filepath.Join(tmp, rootfsName)); err != nil {
+		return err
+	}
+	// Flush the tree before the stamp and the rename make it visible, so a
+	// crash cannot leave a stamped tree with empty files.
+	if err := syncfs(tmp); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(tmp, stampName), []byte(version+"\n"), 0o644, 0, 0); err != nil {
+		return err
+	}
+	if err := syncfs(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("publish tree: %w", err)
+	}
+	return syncDir(baseDir)
+}
+
+// lock takes an exclusive flock on path and returns the function that
+// releases it. Each call opens its own file description, so the lock also
+// excludes goroutines of one process.
+func lock(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func syncfs(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return nil
+}
