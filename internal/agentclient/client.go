@@ -20,8 +20,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/warden-sandbox/warden/internal/agent/sysuser"
-	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/agentpb/filesystem/filesystempbconnect"
+	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/agentpb/process/processpbconnect"
 )
 

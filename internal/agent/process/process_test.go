@@ -808,6 +808,9 @@ func eventuallyBool(d time.Duration, cond func() bool) bool {
 // call t.Parallel), so the goroutine count is stable around it.
 func TestNoGoroutineLeak(t *testing.T) {
 	startReaper()
+	if err := PrepareSpawnThread(); err != nil { // its goroutine lives for good
+		t.Fatal(err)
+	}
 	before := runtime.NumGoroutine()
 	func() {
 		e := newEnv(t, envOpts{})

@@ -1,8 +1,10 @@
 package process
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -78,16 +80,74 @@ func reapAll() {
 	}
 }
 
-// forkExec starts a child with syscall.ForkExec and registers onExit for its
-// pid atomically with respect to the reaper.
+// SpawnThreadSetup, when set before the first process starts, runs once on
+// the dedicated OS thread that every child is forked from. A child inherits
+// the per-thread state of the thread that forks it (capability bounding,
+// inheritable and ambient sets, Landlock domain, no_new_privs), so the
+// sandbox init uses this to give every user process an empty bounding set
+// and one Landlock domain without changing the agent's other threads. If it
+// fails, every start fails with its error.
+var SpawnThreadSetup func() error
+
+var spawner struct {
+	once sync.Once
+	reqs chan func()
+	err  error
+}
+
+// onSpawnThread runs fn on the spawn thread and waits for it.
+func onSpawnThread(fn func()) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan func())
+		ready := make(chan error)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread carries the child state
+			var err error
+			if SpawnThreadSetup != nil {
+				err = SpawnThreadSetup()
+			}
+			ready <- err
+			if err != nil {
+				return // the locked thread exits with this goroutine
+			}
+			for f := range spawner.reqs {
+				f()
+			}
+		}()
+		spawner.err = <-ready
+	})
+	if spawner.err != nil {
+		return fmt.Errorf("prepare spawn thread: %w", spawner.err)
+	}
+	done := make(chan struct{})
+	spawner.reqs <- func() { fn(); close(done) }
+	<-done
+	return nil
+}
+
+// forkExec starts a child with syscall.ForkExec from the spawn thread and
+// registers onExit for its pid atomically with respect to the reaper.
 func forkExec(path string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
 	startReaper()
-	reaper.mu.Lock()
-	defer reaper.mu.Unlock()
-	pid, err := syscall.ForkExec(path, argv, attr)
+	var pid int
+	var err error
+	if serr := onSpawnThread(func() {
+		reaper.mu.Lock()
+		defer reaper.mu.Unlock()
+		pid, err = syscall.ForkExec(path, argv, attr)
+		if err == nil {
+			reaper.procs[pid] = onExit
+		}
+	}); serr != nil {
+		return 0, serr
+	}
 	if err != nil {
 		return 0, err
 	}
-	reaper.procs[pid] = onExit
 	return pid, nil
 }
+
+// PrepareSpawnThread starts the spawn thread now and returns the error of
+// SpawnThreadSetup, so a sandbox init fails at start rather than at the
+// first command.
+func PrepareSpawnThread() error { return onSpawnThread(func() {}) }

@@ -27,6 +27,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
+	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
 )
 
 // ID is the backend's registry name.
@@ -107,8 +108,9 @@ func Preflight() error {
 
 // Backend is the native backend.
 type Backend struct {
-	cfg   Config
-	agent string
+	cfg     Config
+	agent   string
+	seccomp []byte // the assembled filter every sandbox installs
 
 	mu    sync.Mutex
 	slots map[int]string // uid slot -> sandbox id
@@ -162,7 +164,15 @@ func New(cfg Config) (*Backend, error) {
 	if err := os.Chmod(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create run dir: %w", err)
 	}
-	return &Backend{cfg: cfg, agent: agentPath, slots: map[int]string{}, boxes: map[string]*box{}}, nil
+	pol, err := seccomp.Load()
+	if err != nil {
+		return nil, err
+	}
+	prog, err := pol.Assemble()
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{cfg: cfg, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}, nil
 }
 
 func findAgent(p string) (string, error) {
@@ -410,6 +420,7 @@ func (b *Backend) Start(ctx context.Context, h backend.Handle) (err error) {
 		ShmBytes:  min(spec.Limits.MemoryBytes/2, 64<<20),
 		OpenFiles: spec.Limits.OpenFiles,
 		Landlock:  b.cfg.Landlock,
+		Seccomp:   b.seccomp,
 		Agent:     agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env},
 	}
 	conn, err := net.FileConn(parentF)

@@ -15,3 +15,6 @@ func DropBounding() error { return fmt.Errorf("caps: %w", errors.ErrUnsupported)
 
 // ClearInheritableAmbient is Linux-only.
 func ClearInheritableAmbient() error { return fmt.Errorf("caps: %w", errors.ErrUnsupported) }
+
+// DropThread is unsupported off Linux.
+func DropThread() error { return fmt.Errorf("caps: %w", errors.ErrUnsupported) }

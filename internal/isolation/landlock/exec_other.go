@@ -11,3 +11,8 @@ import (
 func ExecRestricted(rootfs, path string, argv, env []string) error {
 	return fmt.Errorf("landlock: %w", errors.ErrUnsupported)
 }
+
+// RestrictThread is Linux-only.
+func RestrictThread(rootfs string) error {
+	return fmt.Errorf("landlock: %w", errors.ErrUnsupported)
+}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,6 +32,15 @@ func (p *Policy) Install() error {
 	raw, err := p.Assemble()
 	if err != nil {
 		return err
+	}
+	return InstallProgram(raw)
+}
+
+// InstallProgram is Install for a program assembled earlier (wardend
+// assembles the policy once and hands the program to every sandbox's init).
+func InstallProgram(raw []bpf.RawInstruction) error {
+	if len(raw) == 0 || len(raw) > 4096 {
+		return fmt.Errorf("seccomp: program of %d instructions", len(raw))
 	}
 	filter := make([]unix.SockFilter, len(raw))
 	for i, in := range raw {

@@ -5,6 +5,8 @@ package seccomp
 import (
 	"errors"
 	"fmt"
+
+	"golang.org/x/net/bpf"
 )
 
 // Apply is Linux-only.
@@ -14,5 +16,10 @@ func Apply() error {
 
 // Install is Linux-only.
 func (p *Policy) Install() error {
+	return fmt.Errorf("seccomp: %w", errors.ErrUnsupported)
+}
+
+// InstallProgram is Linux-only.
+func InstallProgram(raw []bpf.RawInstruction) error {
 	return fmt.Errorf("seccomp: %w", errors.ErrUnsupported)
 }

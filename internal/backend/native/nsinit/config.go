@@ -14,6 +14,7 @@
 package nsinit
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/agent"
@@ -49,6 +51,7 @@ type Config struct {
 	TmpBytes  int64        `json:"tmp_bytes"`
 	OpenFiles int64        `json:"open_files"`
 	Landlock  string       `json:"landlock"` // "require", "best-effort" or "off"
+	Seccomp   []byte       `json:"seccomp"`  // the assembled filter, see EncodeProgram
 	Agent     agent.Config `json:"agent"`
 }
 
@@ -126,4 +129,29 @@ func reply(msg string) {
 		syncConn.Close()
 		syncConn = nil
 	}
+}
+
+// EncodeProgram packs an assembled seccomp program as struct sock_filter
+// entries (8 bytes each, little-endian), for Config.Seccomp.
+func EncodeProgram(prog []bpf.RawInstruction) []byte {
+	b := make([]byte, 0, 8*len(prog))
+	for _, in := range prog {
+		b = binary.LittleEndian.AppendUint16(b, in.Op)
+		b = append(b, in.Jt, in.Jf)
+		b = binary.LittleEndian.AppendUint32(b, in.K)
+	}
+	return b
+}
+
+// DecodeProgram reverses EncodeProgram.
+func DecodeProgram(b []byte) ([]bpf.RawInstruction, error) {
+	if len(b) == 0 || len(b)%8 != 0 {
+		return nil, fmt.Errorf("seccomp program of %d bytes", len(b))
+	}
+	prog := make([]bpf.RawInstruction, len(b)/8)
+	for i := range prog {
+		e := b[8*i:]
+		prog[i] = bpf.RawInstruction{Op: binary.LittleEndian.Uint16(e), Jt: e[2], Jf: e[3], K: binary.LittleEndian.Uint32(e[4:])}
+	}
+	return prog, nil
 }

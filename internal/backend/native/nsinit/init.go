@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/agent"
+	"github.com/warden-sandbox/warden/internal/agent/process"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/landlock"
 	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
@@ -92,26 +93,36 @@ func setup(cfg Config, fds []int) error {
 	return lockdown(cfg)
 }
 
-// lockdown applies the restrictions every later process inherits. Seccomp comes
-// last: it forbids what the steps before it need.
+// lockdown applies the restrictions. Every user process is forked from one
+// dedicated agent thread whose own state is what children inherit: an empty
+// capability bounding set (and no inheritable or ambient capabilities), one
+// Landlock domain with signal and abstract-socket scoping, no_new_privs. The
+// seccomp filter then goes on every thread of the agent (TSYNC), so the agent
+// itself can no longer mount, unshare, ptrace or load kernel features either.
+// Seccomp comes last: it forbids what the steps before it need.
 func lockdown(cfg Config) error {
-	switch cfg.Landlock {
-	case "off":
-	default:
-		if err := landlock.Restrict("/"); err != nil {
-			if cfg.Landlock == "require" {
-				return fmt.Errorf("landlock: %w", err)
+	process.SpawnThreadSetup = func() error {
+		if cfg.Landlock != "off" {
+			if err := landlock.RestrictThread("/"); err != nil {
+				if cfg.Landlock == "require" {
+					return fmt.Errorf("landlock: %w", err)
+				}
+				slog.Warn("landlock not enforced", "err", err)
 			}
-			slog.Warn("landlock not enforced", "err", err)
 		}
+		if err := caps.DropThread(); err != nil {
+			return err
+		}
+		return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	}
-	if err := caps.ClearInheritableAmbient(); err != nil {
-		return fmt.Errorf("clear capabilities: %w", err)
+	if err := process.PrepareSpawnThread(); err != nil {
+		return err
 	}
-	if err := caps.DropBounding(); err != nil {
-		return fmt.Errorf("drop bounding capabilities: %w", err)
+	prog, err := DecodeProgram(cfg.Seccomp)
+	if err != nil {
+		return err
 	}
-	if err := seccomp.Apply(); err != nil {
+	if err := seccomp.InstallProgram(prog); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
 	return nil
