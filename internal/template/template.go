@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -248,3 +249,34 @@ func syncDir(path string) error {
 	}
 	return nil
 }
+
+// Registry resolves template names for the daemon. Today it knows the
+// built-in `base` template, built on first use under its root.
+type Registry struct {
+	root string
+	mu   sync.Mutex
+	base *Template
+}
+
+// NewRegistry returns a registry keeping templates under root.
+func NewRegistry(root string) *Registry { return &Registry{root: root} }
+
+// Get returns the template called name.
+func (r *Registry) Get(name string) (*Template, error) {
+	if name != BaseName {
+		return nil, fmt.Errorf("template %q: %w", name, ErrUnknown)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.base == nil {
+		t, err := EnsureBase(r.root)
+		if err != nil {
+			return nil, err
+		}
+		r.base = t
+	}
+	return r.base, nil
+}
+
+// ErrUnknown is returned for a template name the registry does not know.
+var ErrUnknown = errors.New("unknown template")

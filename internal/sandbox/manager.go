@@ -1,0 +1,555 @@
+// Package sandbox is the daemon's sandbox manager: it turns API requests into
+// backend calls, keeps the store's record of every sandbox in step with the
+// backend, enforces the lifecycle state machine, kills sandboxes whose
+// timeout passed, hands out agent clients, and re-attaches (or reports lost)
+// every sandbox after a daemon restart.
+//
+// States:
+//
+//	starting ──> running <──> paused
+//	   │            │
+//	   │            └──> stopping ──> stopped
+//	   └──> failed            (start failed; the end reason says why)
+//	lost: after a daemon restart the sandbox could not be re-attached
+//
+// stopped, failed and lost are terminal: the record stays for history, the
+// host resources are gone.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/agentclient"
+	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/template"
+)
+
+// State is a sandbox's lifecycle state.
+type State string
+
+// States of the lifecycle.
+const (
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopping State = "stopping"
+	StateStopped  State = "stopped"
+	StateFailed   State = "failed"
+	StateLost     State = "lost"
+)
+
+// Terminal reports whether s is an end state.
+func (s State) Terminal() bool { return s == StateStopped || s == StateFailed || s == StateLost }
+
+// Templates resolves template names.
+type Templates interface {
+	Get(name string) (*template.Template, error)
+}
+
+// Config configures the manager.
+type Config struct {
+	DefaultTimeout time.Duration // 5 min when zero
+	MaxTimeout     time.Duration // 24 h when zero
+	MaxSandboxes   int           // running at once; 0 = backend's limit
+	Reap           time.Duration // how often expired sandboxes are looked for; 1 s when zero
+}
+
+// CreateRequest asks for a new sandbox. Zero fields take defaults.
+type CreateRequest struct {
+	Owner     string
+	Template  string
+	CPUMillis int64
+	MemoryMB  int64
+	DiskMB    int64
+	Env       map[string]string
+	Metadata  map[string]string
+	Timeout   time.Duration
+	User      string
+	Workdir   string
+}
+
+// Manager runs sandboxes on one backend.
+type Manager struct {
+	cfg  Config
+	st   store.Store
+	b    backend.Backend
+	tmpl Templates
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	handles map[string]backend.Handle
+	clients map[string]*agentclient.Client
+	running int
+
+	// OnEnd, if set, is called once when a sandbox reaches a terminal state
+	// (for audit and metrics). It must not block.
+	OnEnd func(sb store.Sandbox)
+}
+
+// New builds a manager.
+func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slog.Logger) *Manager {
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 5 * time.Minute
+	}
+	if cfg.MaxTimeout == 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.Reap == 0 {
+		cfg.Reap = time.Second
+	}
+	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log,
+		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}}
+}
+
+// Backend returns the manager's backend.
+func (m *Manager) Backend() backend.Backend { return m.b }
+
+// NewID returns a fresh sandbox id: "sb-" and 16 lowercase base32 characters.
+func NewID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	b := make([]byte, 16)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[b[i]&31]
+	}
+	return "sb-" + string(b)
+}
+
+func (m *Manager) validate(req *CreateRequest) error {
+	if req.Template == "" {
+		req.Template = template.BaseName
+	}
+	if req.Timeout == 0 {
+		req.Timeout = m.cfg.DefaultTimeout
+	}
+	switch {
+	case req.Timeout < time.Second || req.Timeout > m.cfg.MaxTimeout:
+		return fmt.Errorf("%w: timeout must be between 1s and %s", ErrInvalid, m.cfg.MaxTimeout)
+	case req.CPUMillis != 0 && (req.CPUMillis < 100 || req.CPUMillis > 1024*1000):
+		return fmt.Errorf("%w: cpu_millis must be between 100 and 1024000", ErrInvalid)
+	case req.MemoryMB != 0 && (req.MemoryMB < 16 || req.MemoryMB > 1<<20):
+		return fmt.Errorf("%w: memory_mb must be between 16 and 1048576", ErrInvalid)
+	case req.DiskMB != 0 && (req.DiskMB < 16 || req.DiskMB > 1<<20):
+		return fmt.Errorf("%w: disk_mb must be between 16 and 1048576", ErrInvalid)
+	case len(req.Metadata) > 64:
+		return fmt.Errorf("%w: at most 64 metadata keys", ErrInvalid)
+	case len(req.Env) > 256:
+		return fmt.Errorf("%w: at most 256 env variables", ErrInvalid)
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > 128 || len(v) > 1024 || strings.ContainsAny(k, ",:") {
+			return fmt.Errorf("%w: metadata key %q: keys are 1-128 bytes without ',' or ':', values at most 1024 bytes", ErrInvalid, k)
+		}
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
+		}
+	}
+	if req.User != "" && (len(req.User) > 32 || strings.ContainsAny(req.User, ":/\x00\n")) {
+		return fmt.Errorf("%w: user %q is not valid", ErrInvalid, req.User)
+	}
+	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
+		return fmt.Errorf("%w: workdir must be an absolute path", ErrInvalid)
+	}
+	return nil
+}
+
+// Create creates and starts a sandbox and returns it running (or the error
+// that made it fail; its record is then "failed").
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	if err := m.validate(&req); err != nil {
+		return store.Sandbox{}, err
+	}
+	tm, err := m.tmpl.Get(req.Template)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("%w: %q", ErrUnknownTemplate, req.Template)
+	}
+	m.mu.Lock()
+	if m.cfg.MaxSandboxes > 0 && m.running >= m.cfg.MaxSandboxes {
+		m.mu.Unlock()
+		return store.Sandbox{}, fmt.Errorf("%w: %d sandboxes already running", ErrCapacity, m.running)
+	}
+	m.running++
+	m.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			m.mu.Lock()
+			m.running--
+			m.mu.Unlock()
+		}
+	}()
+
+	id := NewID()
+	spec := tm.Spec(id)
+	for k, v := range req.Env {
+		spec.Env[k] = v
+	}
+	if req.User != "" {
+		spec.User = req.User
+	}
+	if req.Workdir != "" {
+		spec.Workdir = req.Workdir
+	}
+	spec.Limits = backend.Limits{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryMB << 20, DiskBytes: req.DiskMB << 20}.WithDefaults()
+	now := time.Now().UTC()
+	sb := store.Sandbox{
+		ID: id, Template: req.Template, State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
+		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
+		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
+		CreatedAt: now, ExpiresAt: now.Add(req.Timeout),
+	}
+	if err := m.st.CreateSandbox(ctx, sb); err != nil {
+		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	// Boot even if the caller goes away: the record must end in a real state.
+	bctx := context.WithoutCancel(ctx)
+	h, err := m.b.Create(bctx, spec)
+	if err == nil {
+		m.setHandle(id, h)
+		err = m.b.Start(bctx, h)
+		if err != nil {
+			m.b.Delete(bctx, h)
+			m.dropHandle(id)
+		}
+	}
+	if err != nil {
+		m.finish(bctx, id, StateFailed, "start failed: "+err.Error())
+		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
+	}
+	if hb, ok := m.b.(interface {
+		Handle(string) (backend.Handle, error)
+	}); ok {
+		if nh, err := hb.Handle(id); err == nil {
+			h = nh
+			m.setHandle(id, h)
+		}
+	}
+	raw, _ := json.Marshal(h)
+	sb, err = m.st.UpdateSandbox(bctx, id, func(s *store.Sandbox) error {
+		s.State = string(StateRunning)
+		s.StartedAt = time.Now().UTC()
+		s.Handle = raw
+		return nil
+	})
+	if err != nil {
+		m.b.Delete(bctx, h)
+		m.dropHandle(id)
+		return store.Sandbox{}, fmt.Errorf("record start: %w", err)
+	}
+	started = true
+	go m.watch(id, h)
+	return sb, nil
+}
+
+func (m *Manager) setHandle(id string, h backend.Handle) {
+	m.mu.Lock()
+	m.handles[id] = h
+	m.mu.Unlock()
+}
+
+func (m *Manager) dropHandle(id string) {
+	m.mu.Lock()
+	delete(m.handles, id)
+	if c, ok := m.clients[id]; ok {
+		c.Close()
+		delete(m.clients, id)
+	}
+	m.mu.Unlock()
+}
+
+// watch marks a sandbox stopped when its backend says it ended by itself.
+func (m *Manager) watch(id string, h backend.Handle) {
+	es, err := m.b.Wait(context.Background(), h)
+	if err != nil {
+		return
+	}
+	reason := "sandbox exited"
+	if es.Reason != "" {
+		reason = es.Reason
+	}
+	m.kill(context.Background(), id, StateStopped, reason, false)
+}
+
+// Get returns a sandbox.
+func (m *Manager) Get(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := m.st.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return sb, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return sb, err
+}
+
+// List lists sandboxes.
+func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, string, error) {
+	return m.st.ListSandboxes(ctx, f)
+}
+
+// SetTimeout sets a running sandbox's expiry to now + d.
+func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (store.Sandbox, error) {
+	if d < time.Second || d > m.cfg.MaxTimeout {
+		return store.Sandbox{}, fmt.Errorf("%w: timeout must be between 1s and %s", ErrInvalid, m.cfg.MaxTimeout)
+	}
+	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if State(s.State).Terminal() {
+			return &StateError{ID: id, State: State(s.State), Want: "running or paused"}
+		}
+		s.ExpiresAt = time.Now().UTC().Add(d)
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return sb, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return sb, err
+}
+
+// Kill stops a sandbox and frees its resources. Killing a sandbox that has
+// already ended is not an error.
+func (m *Manager) Kill(ctx context.Context, id, reason string) error {
+	if _, err := m.Get(ctx, id); err != nil {
+		return err
+	}
+	return m.kill(ctx, id, StateStopped, reason, true)
+}
+
+func (m *Manager) kill(ctx context.Context, id string, final State, reason string, deleteBackend bool) error {
+	ctx = context.WithoutCancel(ctx)
+	prev := State("")
+	_, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		prev = State(s.State)
+		if prev.Terminal() || prev == StateStopping {
+			return nil
+		}
+		s.State = string(StateStopping)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark stopping: %w", err)
+	}
+	if prev.Terminal() || prev == StateStopping {
+		return nil
+	}
+	m.mu.Lock()
+	h, ok := m.handles[id]
+	m.mu.Unlock()
+	if ok {
+		if err := m.b.Delete(ctx, h); err != nil {
+			m.log.Error("delete sandbox", "sandbox", id, "err", err)
+		}
+	}
+	m.dropHandle(id)
+	m.finish(ctx, id, final, reason)
+	return nil
+}
+
+// finish moves a sandbox to a terminal state.
+func (m *Manager) finish(ctx context.Context, id string, final State, reason string) {
+	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if State(s.State).Terminal() {
+			return nil
+		}
+		if State(s.State) == StateRunning || State(s.State) == StateStopping || State(s.State) == StatePaused {
+			m.mu.Lock()
+			m.running--
+			m.mu.Unlock()
+		}
+		s.State = string(final)
+		s.EndedAt = time.Now().UTC()
+		s.EndReason = reason
+		return nil
+	})
+	if err != nil {
+		m.log.Error("record sandbox end", "sandbox", id, "err", err)
+		return
+	}
+	if m.OnEnd != nil {
+		m.OnEnd(sb)
+	}
+}
+
+// Pause freezes a running sandbox (backends that can).
+func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+	p, ok := m.b.(backend.Pauser)
+	if !ok || !m.b.Capabilities().Pause {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
+	}
+	h, err := m.handle(ctx, id, StateRunning)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := p.Pause(ctx, h); err != nil {
+		return store.Sandbox{}, fmt.Errorf("pause: %w", err)
+	}
+	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error { s.State = string(StatePaused); return nil })
+}
+
+// Resume thaws a paused sandbox.
+func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
+	p, ok := m.b.(backend.Pauser)
+	if !ok {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
+	}
+	h, err := m.handle(ctx, id, StatePaused)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := p.Resume(ctx, h); err != nil {
+		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
+	}
+	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error { s.State = string(StateRunning); return nil })
+}
+
+func (m *Manager) handle(ctx context.Context, id string, want State) (backend.Handle, error) {
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return backend.Handle{}, err
+	}
+	if State(sb.State) != want {
+		return backend.Handle{}, &StateError{ID: id, State: State(sb.State), Want: string(want)}
+	}
+	m.mu.Lock()
+	h, ok := m.handles[id]
+	m.mu.Unlock()
+	if !ok {
+		return backend.Handle{}, &StateError{ID: id, State: State(sb.State), Want: string(want) + " on this daemon"}
+	}
+	return h, nil
+}
+
+// Usage reads a running sandbox's resource usage.
+func (m *Manager) Usage(ctx context.Context, id string) (backend.Usage, error) {
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return backend.Usage{}, err
+	}
+	m.mu.Lock()
+	h, ok := m.handles[id]
+	m.mu.Unlock()
+	if !ok {
+		return backend.Usage{}, &StateError{ID: id, State: State(sb.State), Want: "running"}
+	}
+	return m.b.Usage(ctx, h)
+}
+
+// Agent returns the client of a running sandbox's agent. Clients are shared
+// and live as long as the sandbox.
+func (m *Manager) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
+	h, err := m.handle(ctx, id, StateRunning)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.clients[id]; ok {
+		return c, nil
+	}
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
+	m.clients[id] = c
+	return c, nil
+}
+
+// Recover re-attaches every sandbox the store says is live, after a daemon
+// restart. Sandboxes that cannot be re-attached are cleaned up by the backend
+// and recorded as lost with the reason.
+func (m *Manager) Recover(ctx context.Context) (attached, lost int, err error) {
+	for _, st := range []State{StateStarting, StateRunning, StatePaused, StateStopping} {
+		token := ""
+		for {
+			page, next, err := m.st.ListSandboxes(ctx, store.SandboxFilter{States: []string{string(st)}, Limit: 500, PageToken: token})
+			if err != nil {
+				return attached, lost, fmt.Errorf("list sandboxes to recover: %w", err)
+			}
+			for _, sb := range page {
+				if m.recoverOne(ctx, sb) {
+					attached++
+				} else {
+					lost++
+				}
+			}
+			if next == "" {
+				break
+			}
+			token = next
+		}
+	}
+	return attached, lost, nil
+}
+
+func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
+	var h backend.Handle
+	if len(sb.Handle) == 0 || json.Unmarshal(sb.Handle, &h) != nil {
+		m.finish(ctx, sb.ID, StateLost, "daemon restarted before the sandbox had started")
+		return false
+	}
+	if err := m.b.Recover(ctx, h); err != nil {
+		m.finish(ctx, sb.ID, StateLost, "daemon restart: "+err.Error())
+		return false
+	}
+	m.setHandle(sb.ID, h)
+	m.mu.Lock()
+	m.running++
+	m.mu.Unlock()
+	if State(sb.State) == StateStopping {
+		m.kill(ctx, sb.ID, StateStopped, "killed (completed after a daemon restart)", true)
+		return true
+	}
+	if State(sb.State) == StateStarting {
+		m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error { s.State = string(StateRunning); return nil })
+	}
+	go m.watch(sb.ID, h)
+	return true
+}
+
+// Run kills sandboxes whose timeout has passed until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.Reap)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.reapExpired(ctx)
+		}
+	}
+}
+
+func (m *Manager) reapExpired(ctx context.Context) {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.handles))
+	for id := range m.handles {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	now := time.Now()
+	for _, id := range ids {
+		sb, err := m.st.GetSandbox(ctx, id)
+		if err != nil || State(sb.State).Terminal() || sb.ExpiresAt.IsZero() || sb.ExpiresAt.After(now) {
+			continue
+		}
+		m.log.Info("sandbox timed out", "sandbox", id)
+		m.kill(ctx, id, StateStopped, "timeout", true)
+	}
+}
+
+// Shutdown drops agent connections. Sandboxes keep running: a restarted
+// daemon re-attaches them.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, c := range m.clients {
+		c.Close()
+		delete(m.clients, id)
+	}
+}
