@@ -498,7 +498,8 @@ func idmappedLayers(pid int, layers []backend.Layer) ([]int, error) {
 	return fds, nil
 }
 
-// procStartTime reads field 22 of /proc/<pid>/stat.
+// procStartTime reads field 22 of /proc/<pid>/stat; an exited (zombie)
+// process is an error.
 func procStartTime(pid int) (uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -512,6 +513,9 @@ func procStartTime(pid int) (uint64, error) {
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
 		return 0, errors.New("malformed /proc stat")
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, fmt.Errorf("process %d has exited", pid)
 	}
 	return strconv.ParseUint(f[19], 10, 64)
 }

@@ -1,0 +1,238 @@
+// Package api is wardend's HTTP API: the router, the middleware and one
+// handler per operation of spec/openapi.yaml, the source of truth for paths,
+// bodies, status codes and error codes.
+//
+// Handlers have the signature func(w, r) error. They return errors instead
+// of writing them; one adapter (serve) writes every error response through
+// apierr.Write and appends the audit event of the call. Streams (NDJSON
+// process output and watches) decide their status before the first line;
+// a failure after that is sent as an "error" event.
+//
+// Middleware, outermost first:
+//
+//  1. request ID: X-Request-Id taken from the client when sane, else made
+//     up; set on the response and carried in the context for logs and error
+//     bodies;
+//  2. access log and metrics: one slog line per request (method, path,
+//     route, status, duration, principal, request ID) and the request
+//     counter and latency histogram by route pattern;
+//  3. panic recovery: a panicking handler is logged with its stack and
+//     answered 500 internal when nothing was written yet;
+//  4. path hygiene: a URL path with empty, "." or ".." segments is a 400
+//     (ServeMux would redirect it in plain text);
+//  5. the router (net/http ServeMux patterns); unknown routes and methods
+//     get a JSON 404;
+//  6. per route, in serve: authentication (Bearer API key, 401), the
+//     route's scope (403 naming the scope), the handler (which reads JSON
+//     bodies through a 1 MiB limit, 413, and checks sandbox ownership: a
+//     sandbox the caller may not see is 404, not 403), then the error
+//     response and the audit event.
+//
+// Every call that changes something or reads a sandbox's contents appends
+// one audit event (see the action names in routes); other calls are
+// audited only when they are denied.
+package api
+
+import (
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/warden-sandbox/warden/internal/api/apierr"
+	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// Limits of request bodies and parameters.
+const (
+	// MaxJSONBody bounds every JSON request body (413 beyond it).
+	MaxJSONBody = 1 << 20
+	// MaxStdinBody bounds one POST .../stdin body (413 beyond it).
+	MaxStdinBody = 1 << 20
+	// maxPath bounds a sandbox path, in bytes.
+	maxPath = 4096
+	// maxExecTimeout bounds ExecRequest.timeout_seconds.
+	maxExecTimeout = 365 * 24 * 3600
+	// maxPresignLifetime bounds PresignRequest.expires_seconds.
+	maxPresignLifetime = 7 * 24 * 3600
+	// defaultPresignLifetime is the default PresignRequest.expires_seconds.
+	defaultPresignLifetime = 300
+)
+
+// Config configures a Server. Manager, Store, Auth and Audit are required.
+type Config struct {
+	Manager *sandbox.Manager
+	Store   store.Store
+	Auth    *auth.Authenticator
+	Audit   *audit.Logger
+	// Logger receives the access log and error causes; slog.Default()
+	// when nil.
+	Logger *slog.Logger
+	// PresignKey is the HMAC-SHA256 key of presigned URLs. When empty a
+	// random key is made, so presigned URLs do not survive a restart.
+	PresignKey []byte
+	// PublicURL is the base of presigned URLs (scheme://host[:port]);
+	// when empty it is taken from each presign request's Host.
+	PublicURL string
+	// Version is reported by /healthz.
+	Version string
+	// Metrics is the registry the API's metrics are registered in and
+	// /metrics serves. When nil the Server makes its own, with the Go
+	// runtime and process collectors.
+	Metrics *prometheus.Registry
+}
+
+// Server serves the Warden HTTP API.
+type Server struct {
+	cfg        Config
+	mgr        *sandbox.Manager
+	st         store.Store
+	auth       *auth.Authenticator
+	audit      *audit.Logger
+	log        *slog.Logger
+	presignKey []byte
+	metrics    *metrics
+	handler    http.Handler
+	now        func() time.Time
+}
+
+// New builds a Server. Set the manager's OnEnd hook to SandboxEnded so that
+// the ended-sandbox metrics count every end, timeouts included.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Manager == nil:
+		return nil, errors.New("new api server: no sandbox manager")
+	case cfg.Store == nil:
+		return nil, errors.New("new api server: no store")
+	case cfg.Auth == nil:
+		return nil, errors.New("new api server: no authenticator")
+	case cfg.Audit == nil:
+		return nil, errors.New("new api server: no audit logger")
+	}
+	s := &Server{
+		cfg: cfg, mgr: cfg.Manager, st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit,
+		log: cfg.Logger, presignKey: cfg.PresignKey, now: time.Now,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if len(s.presignKey) == 0 {
+		s.presignKey = make([]byte, 32)
+		rand.Read(s.presignKey)
+		s.log.Warn("no presign key configured; presigned URLs will not survive a restart")
+	}
+	s.cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(reg, cfg.Manager)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the API's HTTP handler, middleware included.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// SandboxEnded records that a sandbox reached a terminal state. It is meant
+// for sandbox.Manager.OnEnd and does not block.
+func (s *Server) SandboxEnded(sb store.Sandbox) {
+	s.metrics.ended.WithLabelValues(sb.State).Inc()
+}
+
+// route is one operation of the API.
+type route struct {
+	pattern string     // ServeMux pattern, "METHOD /path"
+	action  string     // audit action, "<object>.<verb>"
+	scope   auth.Scope // required scope; "" for none
+	public  bool       // no authentication (system routes, presigned URLs)
+	audited bool       // audit every call, not only denials
+	h       func(http.ResponseWriter, *http.Request) error
+}
+
+func (s *Server) routes() http.Handler {
+	rs := []route{
+		{pattern: "GET /healthz", public: true, h: s.health},
+		{pattern: "GET /metrics", public: true, h: s.serveMetrics},
+		{pattern: "GET /v1/openapi.yaml", public: true, h: s.openAPI},
+
+		{pattern: "POST /v1/sandboxes", action: "sandbox.create", scope: auth.ScopeSandboxesCreate, audited: true, h: s.createSandbox},
+		{pattern: "GET /v1/sandboxes", action: "sandbox.list", scope: auth.ScopeSandboxesRead, h: s.listSandboxes},
+		{pattern: "GET /v1/sandboxes/{id}", action: "sandbox.get", scope: auth.ScopeSandboxesRead, h: s.getSandbox},
+		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, audited: true, h: s.killSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setTimeout},
+		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, h: s.usage},
+
+		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, h: s.exec},
+		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, h: s.listProcesses},
+		{pattern: "GET /v1/sandboxes/{id}/processes/{pid}/stream", action: "process.stream", scope: auth.ScopeSandboxesExec, audited: true, h: s.streamProcess},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", action: "process.stdin", scope: auth.ScopeSandboxesExec, audited: true, h: s.sendStdin},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/close-stdin", action: "process.close_stdin", scope: auth.ScopeSandboxesExec, audited: true, h: s.closeStdin},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", action: "process.signal", scope: auth.ScopeSandboxesExec, audited: true, h: s.signal},
+		{pattern: "GET /v1/sandboxes/{id}/pty", action: "process.pty", scope: auth.ScopeSandboxesExec, audited: true, h: s.pty},
+
+		{pattern: "GET /v1/sandboxes/{id}/files", action: "file.read", scope: auth.ScopeFilesRead, audited: true, h: s.readFile},
+		{pattern: "PUT /v1/sandboxes/{id}/files", action: "file.write", scope: auth.ScopeFilesWrite, audited: true, h: s.writeFile},
+		{pattern: "DELETE /v1/sandboxes/{id}/files", action: "file.remove", scope: auth.ScopeFilesWrite, audited: true, h: s.removeFile},
+		{pattern: "GET /v1/sandboxes/{id}/fs/stat", action: "file.stat", scope: auth.ScopeFilesRead, audited: true, h: s.stat},
+		{pattern: "GET /v1/sandboxes/{id}/fs/list", action: "file.list", scope: auth.ScopeFilesRead, audited: true, h: s.listDir},
+		{pattern: "POST /v1/sandboxes/{id}/fs/mkdir", action: "file.mkdir", scope: auth.ScopeFilesWrite, audited: true, h: s.mkdir},
+		{pattern: "POST /v1/sandboxes/{id}/fs/move", action: "file.move", scope: auth.ScopeFilesWrite, audited: true, h: s.move},
+		{pattern: "GET /v1/sandboxes/{id}/fs/watch", action: "file.watch", scope: auth.ScopeFilesRead, audited: true, h: s.watch},
+		{pattern: "GET /v1/sandboxes/{id}/archive", action: "archive.download", scope: auth.ScopeFilesRead, audited: true, h: s.downloadArchive},
+		{pattern: "PUT /v1/sandboxes/{id}/archive", action: "archive.upload", scope: auth.ScopeFilesWrite, audited: true, h: s.uploadArchive},
+		// The scope (files:read or files:write) depends on the body's op.
+		{pattern: "POST /v1/sandboxes/{id}/files/presign", action: "file.presign", audited: true, h: s.presign},
+		{pattern: "GET /v1/presigned/files", action: "file.presigned_read", public: true, audited: true, h: s.presignedRead},
+		{pattern: "PUT /v1/presigned/files", action: "file.presigned_write", public: true, audited: true, h: s.presignedWrite},
+
+		{pattern: "GET /v1/whoami", action: "identity.whoami", h: s.whoami},
+		{pattern: "POST /v1/principals", action: "principal.create", scope: auth.ScopeAdmin, audited: true, h: s.createPrincipal},
+		{pattern: "GET /v1/principals", action: "principal.list", scope: auth.ScopeAdmin, h: s.listPrincipals},
+		{pattern: "POST /v1/keys", action: "key.create", scope: auth.ScopeAdmin, audited: true, h: s.createKey},
+		{pattern: "GET /v1/keys", action: "key.list", scope: auth.ScopeAdmin, h: s.listKeys},
+		{pattern: "DELETE /v1/keys/{id}", action: "key.revoke", scope: auth.ScopeAdmin, audited: true, h: s.revokeKey},
+
+		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, h: s.listAudit},
+		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, h: s.verifyAudit},
+	}
+	mux := http.NewServeMux()
+	for _, rt := range rs {
+		mux.Handle(rt.pattern, s.serve(rt))
+	}
+	mux.Handle("/", s.serve(route{pattern: "unmatched", public: true, h: noRoute}))
+	return s.requestID(s.accessLog(s.recoverPanics(cleanPaths(mux))))
+}
+
+// cleanPaths refuses request paths with empty, "." or ".." segments, which
+// ServeMux would answer with a plain-text redirect to the cleaned path.
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p != "/" && (strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") ||
+			strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..")) {
+			apierr.Write(w, r, apierr.BadRequest("request path %q is not clean", truncate(p, 256)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// noRoute answers requests no route matches. The spec has no
+// method_not_allowed code, so a known path with another method is a 404 too.
+func noRoute(w http.ResponseWriter, r *http.Request) error {
+	return notFoundf("no route for %s %s", r.Method, r.URL.Path)
+}

@@ -1,0 +1,202 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/warden-sandbox/warden/internal/api/apierr"
+	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// denial marks an error as an authorization refusal: the audit event of the
+// call gets outcome "denied" instead of "error".
+type denial struct{ err error }
+
+func (d *denial) Error() string { return d.err.Error() }
+func (d *denial) Unwrap() error { return d.err }
+
+func deny(err error) error { return &denial{err: err} }
+
+// aborted marks a failure after part of a response body was sent: the
+// adapter cuts the connection (http.ErrAbortHandler) so the client sees a
+// truncated body instead of a complete-looking one.
+type aborted struct{ err error }
+
+func (a *aborted) Error() string { return a.err.Error() }
+func (a *aborted) Unwrap() error { return a.err }
+
+func abort(err error) error { return &aborted{err: err} }
+
+func notFoundf(format string, args ...any) error { return apierr.NotFound(format, args...) }
+
+// serve adapts a route's handler: it authenticates, checks the route's
+// scope, runs the handler, writes its error (or, when the response has
+// begun, only logs it) and appends the audit event.
+func (s *Server) serve(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := stateOf(r)
+		st.route = rt.pattern
+		st.action = rt.action
+		st.audited = rt.audited
+		err := s.authorize(rt, r)
+		if err == nil {
+			err = rt.h(w, r)
+		}
+		if err != nil {
+			if responseStarted(w) {
+				apierr.Report(r, err)
+			} else {
+				apierr.Write(w, r, err)
+			}
+		}
+		s.finishAudit(r, err)
+		var ab *aborted
+		if errors.As(err, &ab) {
+			panic(http.ErrAbortHandler)
+		}
+	})
+}
+
+// authorize authenticates the caller of a non-public route and checks the
+// route's scope.
+func (s *Server) authorize(rt route, r *http.Request) error {
+	if rt.public {
+		return nil
+	}
+	st := stateOf(r)
+	id, err := s.auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	if errors.Is(err, store.ErrNotFound) {
+		// The key's principal is gone: the key is as good as unknown.
+		err = fmt.Errorf("%w: %w", auth.ErrInvalidKey, err)
+	}
+	if err != nil {
+		if errors.Is(err, auth.ErrUnauthenticated) {
+			s.log.Warn("authentication failed", "request_id", st.id, "method", r.Method, "path", r.URL.Path,
+				"remote", r.RemoteAddr, "reason", err.Error())
+		}
+		return err
+	}
+	st.ident = &id
+	st.principal = id.Principal.ID
+	if rt.scope != "" {
+		return s.requireScope(r, rt.scope)
+	}
+	return nil
+}
+
+// requireScope refuses the call with 403 when the caller lacks scope.
+func (s *Server) requireScope(r *http.Request, scope auth.Scope) error {
+	st := stateOf(r)
+	if st.ident == nil || !st.ident.Has(scope) {
+		st.detail["missing_scope"] = string(scope)
+		return deny(apierr.Forbidden("missing scope %s", scope))
+	}
+	return nil
+}
+
+// sandboxFor returns the sandbox id if the caller may act on it. A sandbox
+// owned by someone else is reported exactly like one that does not exist,
+// so sandbox IDs do not leak.
+func (s *Server) sandboxFor(r *http.Request, id string) (store.Sandbox, error) {
+	st := stateOf(r)
+	st.target = id
+	sb, err := s.mgr.Get(r.Context(), id)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return store.Sandbox{}, notFoundf("sandbox %s not found", id)
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if st.ident == nil || !st.ident.CanAccessSandbox(sb.Owner) {
+		return store.Sandbox{}, deny(fmt.Errorf("sandbox %s is owned by %s: %w", id, sb.Owner,
+			apierr.NotFound("sandbox %s not found", id)))
+	}
+	return sb, nil
+}
+
+// outcome of a finished call for the audit log.
+func outcome(err error) string {
+	var d *denial
+	switch {
+	case err == nil:
+		return audit.OutcomeSuccess
+	case errors.As(err, &d):
+		return audit.OutcomeDenied
+	default:
+		return audit.OutcomeError
+	}
+}
+
+// finishAudit appends the call's audit event unless it was appended already
+// (commitAudit), the route audits only denials and this was none, or the
+// caller never authenticated (such attempts are logged, not audited, so
+// anonymous clients cannot grow the audit log).
+func (s *Server) finishAudit(r *http.Request, err error) {
+	st := stateOf(r)
+	if st.done || st.action == "" {
+		return
+	}
+	oc := outcome(err)
+	if !st.audited && oc != audit.OutcomeDenied {
+		return
+	}
+	if st.ident == nil && !strings.HasPrefix(st.action, "file.presigned_") {
+		return
+	}
+	if err != nil {
+		if e := apierr.From(err); e != nil {
+			st.detail["error"] = e.Code
+		}
+	}
+	s.appendAudit(r.Context(), st, oc)
+}
+
+// commitAudit appends the call's audit event now, with the given outcome,
+// for calls whose handler runs long after the action took effect (a stream
+// that has started).
+func (s *Server) commitAudit(r *http.Request, outcome string) {
+	st := stateOf(r)
+	if st.done || st.action == "" {
+		return
+	}
+	s.appendAudit(r.Context(), st, outcome)
+}
+
+func (s *Server) appendAudit(ctx context.Context, st *reqState, oc string) {
+	st.done = true
+	var detail json.RawMessage
+	if len(st.detail) > 0 {
+		b, err := json.Marshal(st.detail)
+		if err == nil {
+			detail = b
+		}
+	}
+	_, err := s.audit.Append(context.WithoutCancel(ctx), audit.Event{
+		RequestID: st.id, PrincipalID: st.principal, Action: st.action,
+		Target: st.target, Outcome: oc, Detail: detail,
+	})
+	if err != nil {
+		s.log.Error("append audit event", "request_id", st.id, "action", st.action, "err", err)
+	}
+}
+
+// writeJSON writes v as a JSON response with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n')) // a failure means the client went away
+	return nil
+}

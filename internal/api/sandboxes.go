@@ -1,0 +1,319 @@
+package api
+
+import (
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warden-sandbox/warden/internal/api/apierr"
+	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/spec"
+)
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.WriteHeader(http.StatusOK)
+	w.Write(spec.OpenAPI)
+	return nil
+}
+
+// sandboxJSON is the Sandbox schema.
+type sandboxJSON struct {
+	ID        string            `json:"id"`
+	Template  string            `json:"template"`
+	State     string            `json:"state"`
+	Owner     string            `json:"owner"`
+	Backend   string            `json:"backend"`
+	CPUMillis int64             `json:"cpu_millis"`
+	MemoryMB  int64             `json:"memory_mb"`
+	DiskMB    int64             `json:"disk_mb"`
+	Metadata  map[string]string `json:"metadata"`
+	EnvKeys   []string          `json:"env_keys"`
+	User      string            `json:"user"`
+	Workdir   string            `json:"workdir"`
+	CreatedAt time.Time         `json:"created_at"`
+	StartedAt time.Time         `json:"started_at"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	EndedAt   *time.Time        `json:"ended_at"`
+	EndReason *string           `json:"end_reason"`
+}
+
+func toSandbox(sb store.Sandbox) sandboxJSON {
+	out := sandboxJSON{
+		ID: sb.ID, Template: sb.Template, State: sb.State, Owner: sb.Owner, Backend: sb.Backend,
+		CPUMillis: sb.CPUMillis, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
+		Metadata: sb.Metadata, EnvKeys: slices.Sorted(maps.Keys(sb.Env)),
+		User: sb.User, Workdir: sb.Workdir,
+		CreatedAt: sb.CreatedAt.UTC(), StartedAt: sb.StartedAt.UTC(), ExpiresAt: sb.ExpiresAt.UTC(),
+	}
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	if out.EnvKeys == nil {
+		out.EnvKeys = []string{}
+	}
+	if !sb.EndedAt.IsZero() {
+		t := sb.EndedAt.UTC()
+		out.EndedAt = &t
+		reason := sb.EndReason
+		out.EndReason = &reason
+	}
+	return out
+}
+
+// createSandboxRequest is the CreateSandboxRequest schema. Pointers tell
+// absent fields from zero ones.
+type createSandboxRequest struct {
+	Template       *string           `json:"template"`
+	CPUMillis      *int64            `json:"cpu_millis"`
+	MemoryMB       *int64            `json:"memory_mb"`
+	DiskMB         *int64            `json:"disk_mb"`
+	Env            map[string]string `json:"env"`
+	Metadata       map[string]string `json:"metadata"`
+	TimeoutSeconds *int64            `json:"timeout_seconds"`
+	User           *string           `json:"user"`
+	Workdir        *string           `json:"workdir"`
+}
+
+func (q *createSandboxRequest) validate() error {
+	if q.Template != nil && (*q.Template == "" || len(*q.Template) > 128) {
+		return apierr.Validation("template: must be 1 to 128 characters")
+	}
+	if q.CPUMillis != nil && (*q.CPUMillis < 100 || *q.CPUMillis > 1024*1000) {
+		return apierr.Validation("cpu_millis: must be between 100 and 1024000")
+	}
+	if q.MemoryMB != nil && (*q.MemoryMB < 16 || *q.MemoryMB > 1<<20) {
+		return apierr.Validation("memory_mb: must be between 16 and 1048576")
+	}
+	if q.DiskMB != nil && (*q.DiskMB < 16 || *q.DiskMB > 1<<20) {
+		return apierr.Validation("disk_mb: must be between 16 and 1048576")
+	}
+	if q.TimeoutSeconds != nil && (*q.TimeoutSeconds < 1 || *q.TimeoutSeconds > 86400) {
+		return apierr.Validation("timeout_seconds: must be between 1 and 86400")
+	}
+	if len(q.Env) > 256 {
+		return apierr.Validation("env: at most 256 variables")
+	}
+	for k, v := range q.Env {
+		if err := checkEnv(k, v); err != nil {
+			return err
+		}
+	}
+	if len(q.Metadata) > 64 {
+		return apierr.Validation("metadata: at most 64 keys")
+	}
+	for k, v := range q.Metadata {
+		switch {
+		case k == "" || len(k) > 128:
+			return apierr.Validation("metadata: keys must be 1 to 128 bytes")
+		case strings.ContainsAny(k, ",:"):
+			return apierr.Validation("metadata: key %q: must not contain ',' or ':' (they separate list filters)", truncate(k, 64))
+		case len(v) > 1024:
+			return apierr.Validation("metadata: value of %q: at most 1024 bytes", truncate(k, 64))
+		case strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0):
+			return apierr.Validation("metadata: keys and values must not contain NUL")
+		}
+	}
+	if q.User != nil {
+		if err := checkUser("user", *q.User); err != nil {
+			return err
+		}
+	}
+	if q.Workdir != nil && *q.Workdir != "" {
+		if err := checkPath("workdir", *q.Workdir); err != nil {
+			return apierr.Validation("%s", apierr.From(err).Message)
+		}
+	}
+	return nil
+}
+
+// checkEnv validates one environment variable of a request.
+func checkEnv(k, v string) error {
+	if k == "" || len(k) > 256 || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k) {
+		return apierr.Validation("env: %q is not a valid variable name", truncate(k, 64))
+	}
+	if strings.ContainsRune(v, 0) || len(v) > 128<<10 {
+		return apierr.Validation("env: value of %s: must not contain NUL and be at most 128 KiB", truncate(k, 64))
+	}
+	return nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var q createSandboxRequest
+	if err := decodeJSON(r, &q, false); err != nil {
+		return err
+	}
+	if err := q.validate(); err != nil {
+		return err
+	}
+	st := stateOf(r)
+	tmpl := deref(q.Template)
+	st.detail["template"] = tmpl
+	if len(q.Env) > 0 {
+		st.detail["env_keys"] = slices.Sorted(maps.Keys(q.Env))
+	}
+	start := time.Now()
+	sb, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
+		Owner:     st.principal,
+		Template:  tmpl,
+		CPUMillis: deref(q.CPUMillis),
+		MemoryMB:  deref(q.MemoryMB),
+		DiskMB:    deref(q.DiskMB),
+		Env:       q.Env,
+		Metadata:  q.Metadata,
+		Timeout:   time.Duration(deref(q.TimeoutSeconds)) * time.Second,
+		User:      deref(q.User),
+		Workdir:   deref(q.Workdir),
+	})
+	oc := "success"
+	if err != nil {
+		oc = "error"
+	}
+	s.metrics.created.WithLabelValues(oc).Inc()
+	s.metrics.create.WithLabelValues(oc).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return err
+	}
+	st.target = sb.ID
+	st.detail["template"] = sb.Template
+	return writeJSON(w, http.StatusCreated, toSandbox(sb))
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+// parseMetadataFilter parses "k1:v1,k2:v2".
+func parseMetadataFilter(v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(pair, ":")
+		if !ok || k == "" {
+			return nil, apierr.BadRequest("query parameter metadata: %q is not key:value", truncate(pair, 64))
+		}
+		out[k] = val
+	}
+	if len(out) > 64 {
+		return nil, apierr.Validation("query parameter metadata: at most 64 pairs")
+	}
+	return out, nil
+}
+
+var allStates = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused,
+	sandbox.StateStopping, sandbox.StateStopped, sandbox.StateFailed, sandbox.StateLost}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := store.SandboxFilter{PageToken: q.Get("page_token")}
+	if v := q.Get("state"); v != "" {
+		if !slices.Contains(allStates, sandbox.State(v)) {
+			return apierr.Validation("query parameter state: %q is not a sandbox state", truncate(v, 64))
+		}
+		f.States = []string{v}
+	}
+	md, err := parseMetadataFilter(q.Get("metadata"))
+	if err != nil {
+		return err
+	}
+	f.Metadata = md
+	limit, err := queryInt(r, "limit", store.DefaultPageSize, 1, store.MaxPageSize)
+	if err != nil {
+		return err
+	}
+	f.Limit = int(limit)
+	if len(f.PageToken) > 1024 {
+		return apierr.BadRequest("query parameter page_token: not a token this daemon issued")
+	}
+	st := stateOf(r)
+	if !st.ident.Has(auth.ScopeSandboxesAll) {
+		f.Owner = st.principal
+	}
+	sbs, next, err := s.mgr.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Sandboxes     []sandboxJSON `json:"sandboxes"`
+		NextPageToken string        `json:"next_page_token"`
+	}{Sandboxes: make([]sandboxJSON, 0, len(sbs)), NextPageToken: next}
+	for _, sb := range sbs {
+		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.sandboxFor(r, id); err != nil {
+		return err
+	}
+	if err := s.mgr.Kill(r.Context(), id, "killed"); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
+	var q struct {
+		TimeoutSeconds *int64 `json:"timeout_seconds"`
+	}
+	if err := decodeJSON(r, &q, true); err != nil {
+		return err
+	}
+	if q.TimeoutSeconds == nil {
+		return apierr.BadRequest("request body: timeout_seconds is required")
+	}
+	if *q.TimeoutSeconds < 1 || *q.TimeoutSeconds > 86400 {
+		return apierr.Validation("timeout_seconds: must be between 1 and 86400")
+	}
+	id := r.PathValue("id")
+	if _, err := s.sandboxFor(r, id); err != nil {
+		return err
+	}
+	stateOf(r).detail["timeout_seconds"] = *q.TimeoutSeconds
+	sb, err := s.mgr.SetTimeout(r.Context(), id, time.Duration(*q.TimeoutSeconds)*time.Second)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.sandboxFor(r, id); err != nil {
+		return err
+	}
+	u, err := s.mgr.Usage(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]int64{
+		"cpu_nanos": u.CPUNanos, "memory_bytes": u.MemoryBytes, "memory_peak": u.MemoryPeak,
+		"pids": u.Pids, "disk_bytes": u.DiskBytes, "oom_events": u.OOMEvents,
+	})
+}

@@ -1,0 +1,17 @@
+package cli
+
+func sandboxCmd() *command {
+	return &command{
+		name:  "sandbox",
+		short: "Create, list, inspect and kill sandboxes",
+		long:  "Manage sandboxes: isolated Linux environments that run commands for agents.",
+		subs: []*command{
+			sandboxCreateCmd(),
+			sandboxLsCmd(),
+			sandboxInspectCmd(),
+			sandboxKillCmd(),
+			sandboxTimeoutCmd(),
+			sandboxUsageCmd(),
+		},
+	}
+}

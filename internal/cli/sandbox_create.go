@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	warden "github.com/warden-sandbox/warden/sdk/go"
+)
+
+func sandboxCreateCmd() *command {
+	var (
+		req     warden.CreateSandboxRequest
+		timeout durationFlag
+		env     kvFlag
+		meta    kvFlag
+	)
+	c := &command{
+		name:  "create",
+		short: "Create and start a sandbox",
+		long: "Create and start a sandbox owned by the caller, and print its ID (the whole sandbox\n" +
+			"with --json). Flags left out take the daemon's defaults.",
+		examples: []string{
+			"warden sandbox create",
+			"id=$(warden sandbox create --template base --memory 1024 --timeout 1h --meta job=42)",
+		},
+		json: true,
+	}
+	c.flags = func(fs *flagSet) {
+		env.allowBare = true
+		fs.String(&req.Template, "template", "T", "template to start from (default: the daemon's, base)")
+		fs.Int(&req.CPUMillis, "cpu", "MILLIS", "CPU limit in thousandths of a CPU (1000 = one CPU)")
+		fs.Int(&req.MemoryMB, "memory", "MB", "memory limit in MiB")
+		fs.Int(&req.DiskMB, "disk", "MB", "disk limit in MiB")
+		fs.Var(&timeout, "timeout", "DURATION", "kill the sandbox after this long, such as 300, 90s, 1h\n(default: the daemon's, 5m)")
+		fs.Var(&env, "env", "K=V", "environment variable for every process in the sandbox; repeatable;\na bare K copies the local value")
+		fs.Var(&meta, "meta", "K=V", "metadata pair to label the sandbox with; repeatable")
+		fs.String(&req.User, "user", "U", "user that processes run as (default: the template's)")
+		fs.String(&req.Workdir, "workdir", "D", "working directory of processes (default: the template's)")
+	}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) != 0 {
+			return usageErr(c, "unexpected argument %q", args[0])
+		}
+		if err := env.resolve(r.env.Getenv); err != nil {
+			return usageErr(c, "--env %v", err)
+		}
+		req.Env, req.Metadata, req.TimeoutSeconds = env.m, meta.m, timeout.secs
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		sb, err := cl.CreateSandbox(ctx, req)
+		if err != nil {
+			return err
+		}
+		if r.g.json {
+			return printJSON(r.env.Stdout, sb)
+		}
+		_, err = fmt.Fprintln(r.env.Stdout, sb.ID)
+		return err
+	}
+	return c
+}

@@ -1,0 +1,200 @@
+// Package config is wardend's configuration: defaults, a YAML file
+// (/etc/warden/wardend.yaml by default), WARDEN_* environment overrides and
+// command-line flags, applied in that order, then validated.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Version is the config file format this build reads.
+const Version = 1
+
+// DefaultFile is where wardend looks for its config file.
+const DefaultFile = "/etc/warden/wardend.yaml"
+
+// Config is wardend's configuration.
+type Config struct {
+	Version int `yaml:"version"`
+	// Listen is the TCP address of the HTTP API ("" disables TCP).
+	Listen string `yaml:"listen"`
+	// Socket is the unix socket of the HTTP API ("" disables it).
+	Socket string `yaml:"socket"`
+	// PublicURL is the base of presigned URLs (default http://<listen>).
+	PublicURL string `yaml:"public_url"`
+	// StateDir holds the database, keys, audit checkpoint and templates.
+	StateDir string `yaml:"state_dir"`
+	// RunDir holds per-sandbox runtime state.
+	RunDir string `yaml:"run_dir"`
+	// Backend is the isolation backend: native.
+	Backend string `yaml:"backend"`
+	// AgentPath is the warden-agent binary (default: next to wardend).
+	AgentPath string `yaml:"agent_path"`
+	// Landlock: require, best-effort or off.
+	Landlock string `yaml:"landlock"`
+	// DefaultTimeout and MaxTimeout bound sandbox lifetimes.
+	DefaultTimeout time.Duration `yaml:"default_timeout"`
+	MaxTimeout     time.Duration `yaml:"max_timeout"`
+	// MaxSandboxes bounds sandboxes running at once (0: backend limit).
+	MaxSandboxes int `yaml:"max_sandboxes"`
+	// LogLevel is debug, info, warn or error; LogFormat json or text.
+	LogLevel  string `yaml:"log_level"`
+	LogFormat string `yaml:"log_format"`
+	// ShutdownTimeout bounds how long open requests may finish at shutdown.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		Version:         Version,
+		Listen:          "127.0.0.1:7070",
+		Socket:          "/run/warden/wardend.sock",
+		StateDir:        "/var/lib/warden",
+		RunDir:          "/run/warden",
+		Backend:         "native",
+		Landlock:        "best-effort",
+		DefaultTimeout:  5 * time.Minute,
+		MaxTimeout:      24 * time.Hour,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// Load builds the configuration from args (flags) and getenv. The file is
+// the one named by --config or WARDEN_CONFIG, else DefaultFile if it exists.
+func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, error) {
+	c := Default()
+	file := fs.String("config", "", "config file (YAML; default "+DefaultFile+" if it exists; env WARDEN_CONFIG)")
+	listen := fs.String("listen", "", "TCP address of the HTTP API, \"\" to disable (default 127.0.0.1:7070; env WARDEN_LISTEN)")
+	socket := fs.String("socket", "", "unix socket of the HTTP API, \"\" to disable (default /run/warden/wardend.sock; env WARDEN_SOCKET)")
+	stateDir := fs.String("state-dir", "", "state directory: database, keys, templates (default /var/lib/warden; env WARDEN_STATE_DIR)")
+	runDir := fs.String("run-dir", "", "runtime directory (default /run/warden; env WARDEN_RUN_DIR)")
+	agent := fs.String("agent", "", "warden-agent binary (default: next to wardend; env WARDEN_AGENT)")
+	publicURL := fs.String("public-url", "", "base URL for presigned file URLs (env WARDEN_PUBLIC_URL)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (env WARDEN_LOG_LEVEL)")
+	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
+	landlock := fs.String("landlock", "", "require, best-effort or off (env WARDEN_LANDLOCK)")
+	maxSandboxes := fs.Int("max-sandboxes", -1, "sandboxes running at once, 0 for the backend's limit (env WARDEN_MAX_SANDBOXES)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	path := first(*file, getenv("WARDEN_CONFIG"))
+	if path == "" {
+		if _, err := os.Stat(DefaultFile); err == nil {
+			path = DefaultFile
+		}
+	}
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("read config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return c, fmt.Errorf("parse config %s: %w", path, err)
+		}
+		if c.Version != Version {
+			return c, fmt.Errorf("config %s: version %d is not supported (want %d)", path, c.Version, Version)
+		}
+	}
+	set := func(dst *string, flagVal, env string) {
+		if v := getenv(env); v != "" {
+			*dst = v
+		}
+		if flagVal != "" {
+			*dst = flagVal
+		}
+	}
+	set(&c.Listen, *listen, "WARDEN_LISTEN")
+	set(&c.Socket, *socket, "WARDEN_SOCKET")
+	set(&c.StateDir, *stateDir, "WARDEN_STATE_DIR")
+	set(&c.RunDir, *runDir, "WARDEN_RUN_DIR")
+	set(&c.AgentPath, *agent, "WARDEN_AGENT")
+	set(&c.PublicURL, *publicURL, "WARDEN_PUBLIC_URL")
+	set(&c.LogLevel, *logLevel, "WARDEN_LOG_LEVEL")
+	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
+	set(&c.Landlock, *landlock, "WARDEN_LANDLOCK")
+	// An explicitly empty --listen or --socket disables that endpoint.
+	fs.Visit(func(f *flag.Flag) {
+		switch {
+		case f.Name == "listen" && *listen == "":
+			c.Listen = ""
+		case f.Name == "socket" && *socket == "":
+			c.Socket = ""
+		}
+	})
+	if v := getenv("WARDEN_MAX_SANDBOXES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("WARDEN_MAX_SANDBOXES: %w", err)
+		}
+		c.MaxSandboxes = n
+	}
+	if *maxSandboxes >= 0 {
+		c.MaxSandboxes = *maxSandboxes
+	}
+	return c, c.Validate()
+}
+
+func first(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.Listen == "" && c.Socket == "" {
+		return errors.New("config: neither listen nor socket is set: the API would be unreachable")
+	}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("config: listen %q: %w", c.Listen, err)
+		}
+	}
+	if c.StateDir == "" || c.RunDir == "" {
+		return errors.New("config: state_dir and run_dir must be set")
+	}
+	if c.Backend != "native" {
+		return fmt.Errorf("config: backend %q is not available (native is)", c.Backend)
+	}
+	switch c.Landlock {
+	case "require", "best-effort", "off":
+	default:
+		return fmt.Errorf("config: landlock must be require, best-effort or off, not %q", c.Landlock)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("config: log_level %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("config: log_format %q is not text or json", c.LogFormat)
+	}
+	if c.DefaultTimeout <= 0 || c.MaxTimeout < c.DefaultTimeout {
+		return errors.New("config: default_timeout must be positive and at most max_timeout")
+	}
+	if c.MaxSandboxes < 0 {
+		return errors.New("config: max_sandboxes must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func load(t *testing.T, args []string, env map[string]string) (Config, error) {
+	t.Helper()
+	return Load(args, func(k string) string { return env[k] }, flag.NewFlagSet("wardend", flag.ContinueOnError))
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "w.yaml")
+	os.WriteFile(file, []byte("version: 1\nlisten: 127.0.0.1:1111\nstate_dir: /from/file\nmax_timeout: 2h\n"), 0o600)
+	c, err := load(t, []string{"--config", file, "--listen", "127.0.0.1:3333"}, map[string]string{"WARDEN_LISTEN": "127.0.0.1:2222", "WARDEN_STATE_DIR": "/from/env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:3333" || c.StateDir != "/from/env" || c.MaxTimeout != 2*time.Hour {
+		t.Fatalf("precedence wrong: %+v", c)
+	}
+	c, err = load(t, []string{"--listen", ""}, nil)
+	if err != nil || c.Listen != "" {
+		t.Fatalf("--listen \"\" should disable TCP: %q %v", c.Listen, err)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		file string
+		args []string
+		want string
+	}{
+		"unknown field":   {file: "version: 1\nlisen: x\n", want: "lisen"},
+		"bad version":     {file: "version: 9\n", want: "version 9"},
+		"bad listen":      {args: []string{"--listen", "nope"}, want: "listen"},
+		"bad landlock":    {args: []string{"--landlock", "maybe"}, want: "landlock"},
+		"bad log level":   {args: []string{"--log-level", "loud"}, want: "log_level"},
+		"no endpoints":    {args: []string{"--listen", "", "--socket", ""}, want: "unreachable"},
+		"stray argument":  {args: []string{"serve"}, want: "unexpected argument"},
+		"bad max timeout": {file: "version: 1\nmax_timeout: 1s\n", want: "default_timeout"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml")
+				os.WriteFile(p, []byte(tc.file), 0o600)
+				args = append([]string{"--config", p}, args...)
+			}
+			_, err := load(t, args, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,243 @@
+// Package daemon builds wardend's subsystems from its configuration, runs
+// them, and shuts them down: the store, identities and the first admin key,
+// the audit log, the backend and its preflight, the sandbox manager and
+// restart recovery, and the HTTP API on TCP and a unix socket.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/api"
+	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/backend/native"
+	"github.com/warden-sandbox/warden/internal/config"
+	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/store/sqlite"
+	"github.com/warden-sandbox/warden/internal/template"
+	"github.com/warden-sandbox/warden/internal/version"
+)
+
+// Paths under the state directory.
+const (
+	DBFile         = "warden.db"
+	AdminKeyFile   = "admin.key"
+	AuditKeyFile   = "audit.key"
+	CheckpointFile = "audit.checkpoint"
+	PresignKeyFile = "presign.key"
+	TemplatesDir   = "templates"
+)
+
+// Run runs wardend until ctx ends. ready, if not nil, is called with the
+// addresses once the API is serving.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tcp net.Addr, socket string)) error {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
+		return fmt.Errorf("create run dir: %w", err)
+	}
+	if err := native.Preflight(); err != nil {
+		return fmt.Errorf("backend native cannot run here: %w", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.StateDir, DBFile))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	keyPath, err := auth.Bootstrap(ctx, st, filepath.Join(cfg.StateDir, AdminKeyFile))
+	if err != nil {
+		return fmt.Errorf("bootstrap admin key: %w", err)
+	}
+	if keyPath != "" {
+		log.Info("created the first admin API key; it is readable by root only", "path", keyPath,
+			"use", "export WARDEN_API_KEY=$(sudo cat "+keyPath+")")
+	}
+	auditKey, err := audit.LoadOrCreateKey(filepath.Join(cfg.StateDir, AuditKeyFile))
+	if err != nil {
+		return err
+	}
+	alog, err := audit.New(ctx, audit.Config{Store: st, Key: auditKey, CheckpointPath: filepath.Join(cfg.StateDir, CheckpointFile)})
+	if err != nil {
+		return err
+	}
+	defer alog.Close()
+	presignKey, err := loadOrCreateSecret(filepath.Join(cfg.StateDir, PresignKeyFile))
+	if err != nil {
+		return err
+	}
+
+	b, err := native.New(native.Config{RunDir: filepath.Join(cfg.RunDir, "native"), AgentPath: cfg.AgentPath, Landlock: cfg.Landlock})
+	if err != nil {
+		return err
+	}
+	tmpl := template.NewRegistry(filepath.Join(cfg.StateDir, TemplatesDir))
+	if _, err := tmpl.Get(template.BaseName); err != nil {
+		return fmt.Errorf("prepare base template: %w", err)
+	}
+	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, MaxSandboxes: cfg.MaxSandboxes}, st, b, tmpl, log)
+	attached, lost, err := mgr.Recover(ctx)
+	if err != nil {
+		return err
+	}
+	if attached+lost > 0 {
+		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
+	}
+	cleanOrphans(ctx, b, log)
+
+	publicURL := cfg.PublicURL
+	if publicURL == "" && cfg.Listen != "" {
+		publicURL = "http://" + cfg.Listen
+	}
+	srv, err := api.New(api.Config{
+		Manager: mgr, Store: st, Auth: auth.New(st), Audit: alog, Logger: log,
+		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
+	})
+	if err != nil {
+		return err
+	}
+	mgr.OnEnd = srv.SandboxEnded
+
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var lns []net.Listener
+	var tcpAddr net.Addr
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
+		lns = append(lns, ln)
+		tcpAddr = ln.Addr()
+	}
+	if cfg.Socket != "" {
+		ln, err := listenUnix(cfg.Socket)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return err
+		}
+		lns = append(lns, ln)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go mgr.Run(rctx)
+
+	errc := make(chan error, len(lns))
+	var wg sync.WaitGroup
+	for _, ln := range lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	log.Info("wardend serving", "version", version.Version, "tcp", cfg.Listen, "socket", cfg.Socket, "backend", b.ID(), "state_dir", cfg.StateDir)
+	if ready != nil {
+		ready(tcpAddr, cfg.Socket)
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("wardend shutting down; sandboxes keep running and are re-attached at the next start")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if serr := hs.Shutdown(sctx); serr != nil {
+		hs.Close()
+	}
+	wg.Wait()
+	stop()
+	mgr.Shutdown()
+	if cfg.Socket != "" {
+		os.Remove(cfg.Socket)
+	}
+	return err
+}
+
+// listenUnix listens on a root-only unix socket, replacing a stale one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create socket dir: %w", err)
+	}
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another wardend is serving on %s", path)
+	}
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// cleanOrphans frees sandboxes the backend still has on disk but no store
+// record owns (a crash between backend create and the store write).
+func cleanOrphans(ctx context.Context, b *native.Backend, log *slog.Logger) {
+	ids, err := b.Orphans()
+	if err != nil {
+		log.Warn("look for orphaned sandboxes", "err", err)
+		return
+	}
+	for _, id := range ids {
+		h, err := b.ReadHandle(id)
+		if err != nil {
+			h = backend.Handle{Version: backend.HandleVersion, Backend: native.ID, ID: id}
+		}
+		if err := b.Recover(ctx, h); err == nil {
+			b.Delete(ctx, h)
+		}
+		log.Info("removed orphaned sandbox", "sandbox", id)
+	}
+}
+
+// loadOrCreateSecret reads a 32-byte hex secret from a root-only file,
+// creating it on first use.
+func loadOrCreateSecret(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err == nil {
+		key, err := hex.DecodeString(strings.TrimSpace(string(raw)))
+		if err != nil || len(key) != 32 {
+			return nil, fmt.Errorf("secret %s is not 32 hex-encoded bytes", path)
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read secret: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("generate secret: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create secret: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
+		return nil, fmt.Errorf("write secret: %w", err)
+	}
+	return key, nil
+}
