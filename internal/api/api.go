@@ -34,7 +34,9 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -151,6 +153,14 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // for sandbox.Manager.OnEnd and does not block.
 func (s *Server) SandboxEnded(sb store.Sandbox) {
 	s.metrics.ended.WithLabelValues(sb.State).Inc()
+	// A sandbox can end without an API call (timeout, exit, lost after a
+	// restart): the daemon itself records that in the audit log.
+	detail, _ := json.Marshal(map[string]string{"state": sb.State, "reason": sb.EndReason})
+	if _, err := s.audit.Append(context.Background(), audit.Event{
+		PrincipalID: "system", Action: "sandbox.end", Target: sb.ID, Outcome: audit.OutcomeSuccess, Detail: detail,
+	}); err != nil {
+		s.log.Error("append audit event", "action", "sandbox.end", "sandbox", sb.ID, "err", err)
+	}
 }
 
 // route is one operation of the API.

@@ -205,6 +205,9 @@ func TestAudit(t *testing.T) {
 		{"principal.create", me.Principal.ID, p.ID, "success"},
 		{"sandbox.create", env.aID, sb.ID, "success"},
 		{"sandbox.timeout", env.aID, sb.ID, "success"},
+		// The daemon records the end itself (written while the kill runs,
+		// so before the kill call's own event).
+		{"sandbox.end", "system", sb.ID, "success"},
 		{"sandbox.kill", env.aID, sb.ID, "success"},
 	}
 	if len(evs) != len(wants) {

@@ -90,15 +90,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return fmt.Errorf("prepare base template: %w", err)
 	}
 	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, MaxSandboxes: cfg.MaxSandboxes}, st, b, tmpl, log)
-	attached, lost, err := mgr.Recover(ctx)
-	if err != nil {
-		return err
-	}
-	if attached+lost > 0 {
-		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
-	}
-	cleanOrphans(ctx, b, log)
-
 	publicURL := cfg.PublicURL
 	if publicURL == "" && cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
@@ -111,6 +102,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	mgr.OnEnd = srv.SandboxEnded
+
+	attached, lost, err := mgr.Recover(ctx)
+	if err != nil {
+		return err
+	}
+	if attached+lost > 0 {
+		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
+	}
+	cleanOrphans(ctx, b, log)
 
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

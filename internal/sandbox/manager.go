@@ -172,8 +172,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, err
 	}
 	tm, err := m.tmpl.Get(req.Template)
-	if err != nil {
+	if errors.Is(err, template.ErrUnknown) {
 		return store.Sandbox{}, fmt.Errorf("%w: %q", ErrUnknownTemplate, req.Template)
+	}
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("template %s: %w", req.Template, err)
 	}
 	m.mu.Lock()
 	if m.cfg.MaxSandboxes > 0 && m.running >= m.cfg.MaxSandboxes {
