@@ -86,6 +86,12 @@ type Config struct {
 	PublicURL string
 	// Version is reported by /healthz.
 	Version string
+	// RateLimit is each principal's sustained request rate per second and
+	// RateBurst its burst; zero means DefaultRateLimit and DefaultRateBurst,
+	// a negative RateLimit turns limiting off. Over the limit a call gets
+	// 429 rate_limited with Retry-After.
+	RateLimit float64
+	RateBurst int
 	// Metrics is the registry the API's metrics are registered in and
 	// /metrics serves. When nil the Server makes its own, with the Go
 	// runtime and process collectors.
@@ -102,6 +108,7 @@ type Server struct {
 	log        *slog.Logger
 	presignKey []byte
 	metrics    *metrics
+	limits     *limiters
 	handler    http.Handler
 	now        func() time.Time
 }
@@ -122,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, mgr: cfg.Manager, st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit,
 		log: cfg.Logger, presignKey: cfg.PresignKey, now: time.Now,
+		limits: newLimiters(cfg.RateLimit, cfg.RateBurst),
 	}
 	if s.log == nil {
 		s.log = slog.Default()

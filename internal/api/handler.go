@@ -46,6 +46,11 @@ func (s *Server) serve(rt route) http.Handler {
 		st.action = rt.action
 		st.audited = rt.audited
 		err := s.authorize(rt, r)
+		if err == nil && st.ident != nil {
+			if ok, wait := s.limits.allow(st.principal); !ok {
+				err = rateLimited(w, wait)
+			}
+		}
 		if err == nil {
 			err = rt.h(w, r)
 		}

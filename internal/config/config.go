@@ -50,6 +50,10 @@ type Config struct {
 	// LogLevel is debug, info, warn or error; LogFormat json or text.
 	LogLevel  string `yaml:"log_level"`
 	LogFormat string `yaml:"log_format"`
+	// RateLimit is each principal's sustained requests per second (0: the
+	// API's default; negative: no limit) and RateBurst its burst.
+	RateLimit float64 `yaml:"rate_limit"`
+	RateBurst int     `yaml:"rate_burst"`
 	// ShutdownTimeout bounds how long open requests may finish at shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }

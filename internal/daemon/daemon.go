@@ -97,6 +97,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	srv, err := api.New(api.Config{
 		Manager: mgr, Store: st, Auth: auth.New(st), Audit: alog, Logger: log,
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
+		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
 	})
 	if err != nil {
 		return err
