@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	cleanOrphans(ctx, b, log)
 
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
 	var tcpAddr net.Addr
