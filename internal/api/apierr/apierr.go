@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -218,6 +219,8 @@ func From(err error) *Error {
 		return Wrap(CodeUnavailable, "sandbox agent unavailable", err)
 	case errors.Is(err, fs.ErrNotExist):
 		return Wrap(CodeNotFound, "not found", err)
+	case errors.Is(err, syscall.ENOSPC), strings.Contains(err.Error(), "database or disk is full"):
+		return Wrap(CodeUnavailable, "the daemon's state storage is full; free space under its state directory", err)
 	}
 	return Internal(err)
 }
