@@ -49,6 +49,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -168,6 +169,17 @@ func (s *Server) SandboxEnded(sb store.Sandbox) {
 		PrincipalID: "system", Action: "sandbox.end", Target: sb.ID, Outcome: audit.OutcomeSuccess, Detail: detail,
 	}); err != nil {
 		s.log.Error("append audit event", "action", "sandbox.end", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// SandboxEvent records a sandbox's resource event (an OOM kill) in the
+// audit log. Set it as the manager's OnEvent.
+func (s *Server) SandboxEvent(id string, ev backend.Event) {
+	detail, _ := json.Marshal(map[string]string{"kind": ev.Kind, "detail": ev.Detail})
+	if _, err := s.audit.Append(context.Background(), audit.Event{
+		PrincipalID: "system", Action: "sandbox." + ev.Kind, Target: id, Outcome: audit.OutcomeSuccess, Detail: detail,
+	}); err != nil {
+		s.log.Error("append audit event", "action", "sandbox."+ev.Kind, "sandbox", id, "err", err)
 	}
 }
 

@@ -240,6 +240,20 @@ type Snapshotter interface {
 	Restore(ctx context.Context, ref SnapshotRef, spec Spec) (Handle, error)
 }
 
+// Event is something that happened to a running sandbox that its owner and
+// the audit log should hear about.
+type Event struct {
+	Kind   string    `json:"kind"` // "oom": the OOM killer ended a process of the sandbox
+	Time   time.Time `json:"time"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// Eventer is implemented by backends that report resource events. The
+// channel closes when the sandbox is deleted.
+type Eventer interface {
+	Events(ctx context.Context, h Handle) (<-chan Event, error)
+}
+
 // Registration is how a backend makes itself known.
 type Registration struct {
 	ID string

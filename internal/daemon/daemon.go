@@ -103,6 +103,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	mgr.OnEnd = srv.SandboxEnded
+	mgr.OnEvent = srv.SandboxEvent
 
 	attached, lost, err := mgr.Recover(ctx)
 	if err != nil {

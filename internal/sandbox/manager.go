@@ -94,6 +94,9 @@ type Manager struct {
 	// OnEnd, if set, is called once when a sandbox reaches a terminal state
 	// (for audit and metrics). It must not block.
 	OnEnd func(sb store.Sandbox)
+	// OnEvent, if set, receives resource events (OOM kills) of running
+	// sandboxes, for audit and metrics.
+	OnEvent func(id string, ev backend.Event)
 }
 
 // New builds a manager.
@@ -253,6 +256,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	started = true
 	go m.watch(id, h)
+	m.forwardEvents(id, h)
 	return sb, nil
 }
 
@@ -511,7 +515,29 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 		m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error { s.State = string(StateRunning); return nil })
 	}
 	go m.watch(sb.ID, h)
+	m.forwardEvents(sb.ID, h)
 	return true
+}
+
+// forwardEvents passes the backend's resource events to OnEvent.
+func (m *Manager) forwardEvents(id string, h backend.Handle) {
+	ev, ok := m.b.(backend.Eventer)
+	if !ok {
+		return
+	}
+	ch, err := ev.Events(context.Background(), h)
+	if err != nil {
+		m.log.Warn("sandbox events unavailable", "sandbox", id, "err", err)
+		return
+	}
+	go func() {
+		for e := range ch {
+			m.log.Info("sandbox event", "sandbox", id, "kind", e.Kind, "detail", e.Detail)
+			if m.OnEvent != nil {
+				m.OnEvent(id, e)
+			}
+		}
+	}()
 }
 
 // Run kills sandboxes whose timeout has passed until ctx ends.

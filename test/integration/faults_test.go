@@ -57,6 +57,46 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("daemon no longer creates sandboxes: %v", err)
 		}
 	})
+	t.Run("OOMReported", func(t *testing.T) {
+		state, run := newDirs(t)
+		d := startDaemon(t, state, run)
+		c := d.client(t, d.adminKey)
+		ctx := ctxT(t)
+		sb, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{MemoryMB: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"python3", "-c", "b = bytearray(300 << 20)"}}, warden.ExecIO{})
+		if err != nil || res.Signal != 9 {
+			t.Fatalf("memory bomb: %+v %v, want killed by SIGKILL", res, err)
+		}
+		u, err := c.Usage(ctx, sb.ID)
+		if err != nil || u.OOMEvents < 1 {
+			t.Fatalf("usage after OOM: %+v %v", u, err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			page, err := c.ListAudit(ctx, warden.AuditQuery{Target: sb.ID, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, e := range page.Events {
+				found = found || e.Action == "sandbox.oom"
+			}
+			if found {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no sandbox.oom audit event after an OOM kill")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The sandbox survives its OOM.
+		if res, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"true"}}, warden.ExecIO{}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("sandbox after OOM: %+v %v", res, err)
+		}
+	})
 	t.Run("StateDiskFull", func(t *testing.T) {
 		state, run := newDirs(t)
 		if err := os.MkdirAll(state, 0o700); err != nil {

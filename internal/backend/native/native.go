@@ -35,6 +35,7 @@ const ID = "native"
 
 var _ backend.Backend = (*Backend)(nil)
 var _ backend.Pauser = (*Backend)(nil)
+var _ backend.Eventer = (*Backend)(nil)
 
 func init() {
 	backend.Register(backend.Registration{
@@ -126,7 +127,8 @@ type box struct {
 	mu      sync.Mutex // serialises Start
 	started bool
 	pidfd   int
-	cmd     *exec.Cmd // nil after a recovery: the agent is not our child
+	cmd     *exec.Cmd     // nil after a recovery: the agent is not our child
+	cg      *cgroup.Group // the sandbox's cgroup once started (its OOM watchers close with it)
 
 	exitOnce sync.Once
 	done     chan struct{} // closed when the agent has exited
@@ -390,6 +392,7 @@ func (b *Backend) Start(ctx context.Context, h backend.Handle) (err error) {
 	if err != nil {
 		return fmt.Errorf("load cgroup: %w", err)
 	}
+	bx.cg = cg
 	if err := cg.AddProc(pid); err != nil {
 		return fmt.Errorf("enter cgroup: %w", err)
 	}
@@ -778,8 +781,37 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 		b.forget(bx)
 		return fmt.Errorf("%s: %s: %w", h.ID, reason, backend.ErrLost)
 	}
+	if cg, err := cgroup.Load(st.Cgroup); err == nil {
+		bx.cg = cg
+	}
 	go bx.watchPidfd()
 	return nil
+}
+
+// Events implements backend.Eventer: OOM kills in the sandbox's cgroup.
+func (b *Backend) Events(ctx context.Context, h backend.Handle) (<-chan backend.Event, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return nil, err
+	}
+	if bx.cg == nil {
+		return nil, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	oom, err := bx.cg.OOMEvents()
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan backend.Event, 4)
+	go func() {
+		defer close(out)
+		for range oom {
+			select {
+			case out <- backend.Event{Kind: "oom", Time: time.Now(), Detail: "the OOM killer ended a process: the sandbox reached its memory limit"}:
+			default: // a slow reader loses merged events; Usage has exact counts
+			}
+		}
+	}()
+	return out, nil
 }
 
 // watchPidfd waits for a recovered (non-child) agent to exit.
@@ -818,8 +850,12 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 	if err := b.Kill(kctx, h); err != nil {
 		return fmt.Errorf("kill %s: %w", bx.id, err)
 	}
-	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
-		if err := cg.Delete(); err != nil {
+	cg := bx.cg
+	if cg == nil {
+		cg, _ = cgroup.Load(bx.state.Cgroup)
+	}
+	if cg != nil {
+		if err := cg.Delete(); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
 			return fmt.Errorf("delete cgroup of %s: %w", bx.id, err)
 		}
 	}
