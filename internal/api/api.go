@@ -38,6 +38,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -244,7 +245,29 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.pattern, s.serve(rt))
 	}
 	mux.Handle("/", s.serve(route{pattern: "unmatched", public: true, h: noRoute}))
-	return s.requestID(s.accessLog(s.recoverPanics(cleanPaths(mux))))
+	return s.requestID(s.accessLog(s.recoverPanics(limitHeaders(cleanPaths(mux)))))
+}
+
+// MaxHeaderBytes bounds a request's header lines. Larger headers (up to the
+// HTTP server's own MaxHeaderBytes, beyond which it answers by itself) get a
+// JSON 413 payload_too_large.
+const MaxHeaderBytes = 32 << 10
+
+// limitHeaders refuses requests whose headers exceed MaxHeaderBytes.
+func limitHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.RequestURI)
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n > MaxHeaderBytes {
+			apierr.Write(w, r, apierr.PayloadTooLarge(fmt.Sprintf("request headers too large: %d bytes, the limit is %d", n, MaxHeaderBytes)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // cleanPaths refuses request paths with empty, "." or ".." segments, which
