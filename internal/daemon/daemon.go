@@ -22,7 +22,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/api"
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
-	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/native"
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/sandbox"
@@ -205,11 +204,10 @@ func cleanOrphans(ctx context.Context, b *native.Backend, log *slog.Logger) {
 	}
 	for _, id := range ids {
 		h, err := b.ReadHandle(id)
-		if err != nil {
-			h = backend.Handle{Version: backend.HandleVersion, Backend: native.ID, ID: id}
-		}
-		if err := b.Recover(ctx, h); err == nil {
+		if err == nil && b.Recover(ctx, h) == nil {
 			b.Delete(ctx, h)
+		} else {
+			b.Purge(id)
 		}
 		log.Info("removed orphaned sandbox", "sandbox", id)
 	}

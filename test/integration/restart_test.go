@@ -78,8 +78,19 @@ func TestRestart(t *testing.T) {
 	syscall.Kill(agentPid(t, run, gone.ID), syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond)
 
+	// And a crash left a half-created sandbox that no record owns.
+	orphan := "sb-orphan" + fmt.Sprint(time.Now().UnixNano()%100000)
+	os.MkdirAll(filepath.Join(run, "native", orphan, "stage"), 0o700)
+	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/warden")
+	for _, cg := range cgs {
+		os.Mkdir(filepath.Join(cg, "sb-"+orphan), 0o755)
+	}
+
 	d2 := startDaemon(t, state, run)
 	c = d2.client(t, d2.adminKey)
+	if left := hostLeftovers(run, orphan); len(left) > 0 {
+		t.Fatalf("orphan left after restart: %v", left)
+	}
 	got, err := c.GetSandbox(ctx, keep.ID)
 	if err != nil || got.State != "running" {
 		t.Fatalf("kept sandbox after restart: %+v %v\n%s", got, err, d2.log)

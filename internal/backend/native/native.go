@@ -282,13 +282,13 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		os.RemoveAll(dir)
 		return h, fmt.Errorf("create cgroup: %w", err)
 	}
-	_ = cg
+	bx.cg = cg
 	return b.handle(bx), nil
 }
 
 // forget drops a box and releases its slot and host resources.
 func (b *Backend) forget(bx *box) {
-	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+	if cg, err := bx.group(); err == nil {
 		cg.Delete()
 	}
 	if bx.state.Dir != "" {
@@ -388,12 +388,7 @@ func (b *Backend) Start(ctx context.Context, h backend.Handle) (err error) {
 	if bx.pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
 		return fmt.Errorf("pidfd: %w", err)
 	}
-	cg, err := cgroup.Load(st.Cgroup)
-	if err != nil {
-		return fmt.Errorf("load cgroup: %w", err)
-	}
-	bx.cg = cg
-	if err := cg.AddProc(pid); err != nil {
+	if err := bx.cg.AddProc(pid); err != nil {
 		return fmt.Errorf("enter cgroup: %w", err)
 	}
 	// Idmapped template layers: host uid 0 appears as this sandbox's root.
@@ -542,6 +537,21 @@ func (b *Backend) Handle(id string) (backend.Handle, error) {
 	return b.handle(bx), nil
 }
 
+// group returns the sandbox's cgroup, loading it after a recovery.
+func (bx *box) group() (*cgroup.Group, error) {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.cg != nil {
+		return bx.cg, nil
+	}
+	cg, err := cgroup.Load(bx.state.Cgroup)
+	if err != nil {
+		return nil, fmt.Errorf("load cgroup: %w", err)
+	}
+	bx.cg = cg
+	return cg, nil
+}
+
 func (bx *box) running() bool {
 	select {
 	case <-bx.done:
@@ -560,7 +570,7 @@ func (b *Backend) Stop(ctx context.Context, h backend.Handle, grace time.Duratio
 	if !bx.running() {
 		return nil
 	}
-	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+	if cg, err := bx.group(); err == nil {
 		if procs, err := cg.Procs(); err == nil {
 			for _, p := range procs {
 				if p != bx.state.Pid {
@@ -599,7 +609,7 @@ func (b *Backend) Kill(ctx context.Context, h backend.Handle) error {
 		// Killing PID 1 of the pid namespace kills every process in it.
 		unix.PidfdSendSignal(bx.pidfd, unix.SIGKILL, nil, 0)
 	}
-	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+	if cg, err := bx.group(); err == nil {
 		cg.Kill()
 	}
 	if bx.state.Pid == 0 {
@@ -642,7 +652,7 @@ func (b *Backend) Status(ctx context.Context, h backend.Handle) (backend.State, 
 	if !bx.running() {
 		return backend.StateStopped, nil
 	}
-	if cg, err := cgroup.Load(bx.state.Cgroup); err == nil {
+	if cg, err := bx.group(); err == nil {
 		if frozen, err := cg.Frozen(); err == nil && frozen {
 			return backend.StatePaused, nil
 		}
@@ -656,9 +666,9 @@ func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, e
 	if err != nil {
 		return backend.Usage{}, err
 	}
-	cg, err := cgroup.Load(bx.state.Cgroup)
+	cg, err := bx.group()
 	if err != nil {
-		return backend.Usage{}, fmt.Errorf("load cgroup: %w", err)
+		return backend.Usage{}, err
 	}
 	s, err := cg.Stats()
 	if err != nil {
@@ -702,9 +712,9 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	if !bx.running() {
 		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
 	}
-	cg, err := cgroup.Load(bx.state.Cgroup)
+	cg, err := bx.group()
 	if err != nil {
-		return fmt.Errorf("load cgroup: %w", err)
+		return err
 	}
 	if err := cg.Freeze(); err != nil {
 		cg.Thaw() // never leave it half-frozen
@@ -719,9 +729,9 @@ func (b *Backend) Resume(ctx context.Context, h backend.Handle) error {
 	if err != nil {
 		return err
 	}
-	cg, err := cgroup.Load(bx.state.Cgroup)
+	cg, err := bx.group()
 	if err != nil {
-		return fmt.Errorf("load cgroup: %w", err)
+		return err
 	}
 	if err := cg.Thaw(); err != nil {
 		return fmt.Errorf("thaw: %w", err)
@@ -781,8 +791,9 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 		b.forget(bx)
 		return fmt.Errorf("%s: %s: %w", h.ID, reason, backend.ErrLost)
 	}
-	if cg, err := cgroup.Load(st.Cgroup); err == nil {
-		bx.cg = cg
+	if _, err := bx.group(); err != nil {
+		b.forget(bx)
+		return fmt.Errorf("%s: %v: %w", h.ID, err, backend.ErrLost)
 	}
 	go bx.watchPidfd()
 	return nil
@@ -850,11 +861,7 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 	if err := b.Kill(kctx, h); err != nil {
 		return fmt.Errorf("kill %s: %w", bx.id, err)
 	}
-	cg := bx.cg
-	if cg == nil {
-		cg, _ = cgroup.Load(bx.state.Cgroup)
-	}
-	if cg != nil {
+	if cg, err := bx.group(); err == nil {
 		if err := cg.Delete(); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
 			return fmt.Errorf("delete cgroup of %s: %w", bx.id, err)
 		}
@@ -865,6 +872,19 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 	}
 	b.forget(bx)
 	return nil
+}
+
+// Purge frees whatever is left of sandbox id on the host (its processes,
+// cgroup and run directory) when no handle for it can be read: a crash
+// between Create and the first saved handle.
+func (b *Backend) Purge(id string) {
+	b.mu.Lock()
+	_, live := b.boxes[id]
+	b.mu.Unlock()
+	if live || id == "" || strings.ContainsAny(id, "/.") {
+		return
+	}
+	b.cleanupOrphan(handleData{Cgroup: "sb-" + id, Dir: filepath.Join(b.cfg.RunDir, id)})
 }
 
 // Orphans lists sandbox directories under the run dir that no live sandbox
