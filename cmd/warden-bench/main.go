@@ -4,8 +4,11 @@
 //
 //	sudo warden-bench -n 200 -agent bin/warden-agent
 //
-// Backend mode (the default) drives the native backend in-process, so the
-// figures are the backend's own cost without the HTTP API.
+// It first drives the native backend in-process (the backend's own cost,
+// without the HTTP API). With -api URL it also drives a running wardend over
+// HTTP with the Go SDK: create → first output → kill sequentially and with
+// -burst creates in flight, exec round trips, and 1 MiB and -big MiB file
+// upload and download.
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend/native"
 	"github.com/warden-sandbox/warden/internal/benchstat"
 	"github.com/warden-sandbox/warden/internal/template"
+	warden "github.com/warden-sandbox/warden/sdk/go"
 )
 
 func main() {
@@ -32,18 +36,21 @@ func main() {
 	agentPath := flag.String("agent", "", "warden-agent binary (default: next to this binary, then PATH)")
 	stateDir := flag.String("state", "/var/lib/warden/bench", "directory for templates and run state")
 	jsonOut := flag.String("json", "", "also write the summaries as JSON to this file")
+	apiURL := flag.String("api", "", "also drive a running wardend at this URL over its HTTP API (key from $WARDEN_API_KEY)")
+	burst := flag.Int("burst", 100, "with -api: creates in flight at once")
+	bigMiB := flag.Int64("big", 100, "with -api: size of the large upload/download in MiB")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: warden-bench [flags]\n\nMeasures native sandbox create→first output, exec round trip and teardown\nbeside bare fork/exec and bubblewrap baselines (needs root).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if err := run(*n, *agentPath, *stateDir, *jsonOut); err != nil {
+	if err := run(*n, *agentPath, *stateDir, *jsonOut, *apiURL, *burst, *bigMiB<<20); err != nil {
 		fmt.Fprintln(os.Stderr, "warden-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, agentPath, stateDir, jsonOut string) error {
+func run(n int, agentPath, stateDir, jsonOut, apiURL string, burst int, big int64) error {
 	ctx := context.Background()
 	tm, err := template.EnsureBase(filepath.Join(stateDir, "templates"))
 	if err != nil {
@@ -131,9 +138,27 @@ func run(n int, agentPath, stateDir, jsonOut string) error {
 
 	sums := []benchstat.Summary{fork.Summarize(bwrap), bwrap.Summarize(bwrap), create.Summarize(bwrap),
 		rtTrue.Summarize(bwrap), rtEcho.Summarize(bwrap), teardown.Summarize(bwrap)}
+	var notes []string
+	if apiURL != "" {
+		c, err := warden.New(warden.WithBaseURL(apiURL))
+		if err != nil {
+			return err
+		}
+		series, ns, err := apiBench(ctx, c, n, burst, big)
+		if err != nil {
+			return fmt.Errorf("api benchmark: %w", err)
+		}
+		for _, s := range series {
+			sums = append(sums, s.Summarize(bwrap))
+		}
+		notes = ns
+	}
 	host, _ := os.Hostname()
 	fmt.Printf("warden-bench: n=%d, host %s, %s\n\n", n, host, time.Now().UTC().Format(time.RFC3339))
 	benchstat.Print(os.Stdout, "bwrap", sums)
+	for _, note := range notes {
+		fmt.Println("\n" + note)
+	}
 	if jsonOut != "" {
 		raw, _ := json.MarshalIndent(sums, "", "  ")
 		if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {

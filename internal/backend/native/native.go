@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -158,6 +159,18 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create run dir: %w", err)
+	}
+	// Sandboxes exec the agent as an unprivileged host uid, so it must be
+	// reachable by everyone; a root-owned read-only copy in the run
+	// directory also cannot be swapped under running sandboxes.
+	if agentPath, err = installAgent(agentPath, cfg.RunDir); err != nil {
+		return nil, err
+	}
+	if err := reachableByOthers(agentPath); err != nil {
+		return nil, err
+	}
 	// 0711: a sandbox's init (an unprivileged host uid) must traverse the run
 	// directory to reach its stage directory; nobody can list it.
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
@@ -194,6 +207,57 @@ func findAgent(p string) (string, error) {
 		return filepath.Abs(c)
 	}
 	return "", errors.New("agent binary warden-agent not found next to this program or on PATH (build it with: CGO_ENABLED=0 go build -o bin/warden-agent ./cmd/warden-agent)")
+}
+
+// installAgent copies the agent binary to dir/warden-agent (0555), replacing
+// an older copy atomically, and returns the copy's path.
+func installAgent(src, dir string) (string, error) {
+	dst := filepath.Join(dir, "warden-agent")
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".warden-agent-*")
+	if err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	if err := tmp.Chmod(0o555); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	return dst, nil
+}
+
+// reachableByOthers checks that an unprivileged uid can execute path: the
+// agent is exec'd after the switch to the sandbox's own host uid range.
+func reachableByOthers(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("agent binary: %w", err)
+	}
+	if st.Mode().Perm()&0o005 != 0o005 {
+		return fmt.Errorf("agent binary %s must be readable and executable by everyone (mode %v): sandboxes exec it as an unprivileged host uid", path, st.Mode().Perm())
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("agent binary %s: directory %s is not searchable by others (mode %v): sandboxes exec the agent as an unprivileged host uid", path, dir, st.Mode().Perm())
+		}
+		if dir == "/" || dir == "." {
+			return nil
+		}
+	}
 }
 
 // ID implements backend.Backend.
