@@ -15,3 +15,18 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+
+# The code interpreter: matplotlib (and numpy) for the system python3, which
+# the base template shares with the host's /usr, so charts come back as PNG;
+# the real TypeScript compiler, installed globally where sandboxes find it
+# (/usr/lib/node_modules or /usr/local/lib/node_modules).
+if ! /usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
+  echo "install-deps: installing python3-matplotlib python3-numpy" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends python3-matplotlib python3-numpy >/dev/null
+fi
+if command -v npm >/dev/null 2>&1 && ! node -e 'require(require("path").join(process.argv[1], "typescript"))' "$(npm root -g)" >/dev/null 2>&1; then
+  echo "install-deps: installing typescript@5 (npm -g)" >&2
+  npm install -g --silent typescript@5 >/dev/null
+fi

@@ -10,6 +10,11 @@
 //	POST /files?path=      write a file atomically (octet-stream or multipart)
 //	GET  /tar?path=        a directory as a tar stream
 //	POST /tar?path=        extract a tar stream safely under path
+//	POST /execute          run code in an interpreter context (NDJSON events)
+//	GET|POST /contexts     list or create interpreter contexts
+//	POST /contexts/{id}/restart, POST /contexts/{id}/interrupt, DELETE /contexts/{id}
+//
+// The code-interpreter routes are E2B's (see package interp).
 //
 // The acting user comes from "Authorization: Basic base64(user:)", default
 // Config.DefaultUser.
@@ -25,6 +30,7 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/agent/files"
+	"github.com/warden-sandbox/warden/internal/agent/interp"
 	"github.com/warden-sandbox/warden/internal/agent/process"
 	"github.com/warden-sandbox/warden/internal/agentpb/filesystem/filesystempbconnect"
 	"github.com/warden-sandbox/warden/internal/agentpb/process/processpbconnect"
@@ -44,6 +50,7 @@ type Agent struct {
 	env   map[string]string
 	procs *process.Service
 	files *files.Service
+	code  *interp.Service
 }
 
 // New builds an agent.
@@ -64,6 +71,7 @@ func New(cfg Config) *Agent {
 		DefaultUser:    cfg.DefaultUser,
 		DefaultWorkdir: cfg.DefaultWorkdir,
 	})
+	a.code = interp.New(interp.Config{DefaultUser: cfg.DefaultUser, Procs: a.procs})
 	return a
 }
 
@@ -92,11 +100,15 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("/files", a.files.ServeFiles)
 	mux.HandleFunc("/tar", a.files.ServeTar)
+	a.code.Register(mux)
 	return mux
 }
 
 // Close ends every process the agent started.
-func (a *Agent) Close() { a.procs.Close() }
+func (a *Agent) Close() {
+	a.code.Close()
+	a.procs.Close()
+}
 
 // Serve serves the agent on ln (HTTP/1.1 and HTTP/2 without TLS) until ctx ends.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {

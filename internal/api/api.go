@@ -215,6 +215,13 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", action: "process.signal", scope: auth.ScopeSandboxesExec, audited: true, h: s.signal},
 		{pattern: "GET /v1/sandboxes/{id}/pty", action: "process.pty", scope: auth.ScopeSandboxesExec, audited: true, h: s.pty},
 
+		{pattern: "POST /v1/sandboxes/{id}/code/run", action: "code.run", scope: auth.ScopeSandboxesExec, audited: true, h: s.runCode},
+		{pattern: "GET /v1/sandboxes/{id}/code/contexts", action: "code.context_list", scope: auth.ScopeSandboxesExec, h: s.listCodeContexts},
+		{pattern: "POST /v1/sandboxes/{id}/code/contexts", action: "code.context_create", scope: auth.ScopeSandboxesExec, audited: true, h: s.createCodeContext},
+		{pattern: "POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart", action: "code.context_restart", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodPost, "/restart")},
+		{pattern: "POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt", action: "code.context_interrupt", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodPost, "/interrupt")},
+		{pattern: "DELETE /v1/sandboxes/{id}/code/contexts/{ctx}", action: "code.context_delete", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodDelete, "")},
+
 		{pattern: "GET /v1/sandboxes/{id}/files", action: "file.read", scope: auth.ScopeFilesRead, audited: true, h: s.readFile},
 		{pattern: "PUT /v1/sandboxes/{id}/files", action: "file.write", scope: auth.ScopeFilesWrite, audited: true, h: s.writeFile},
 		{pattern: "DELETE /v1/sandboxes/{id}/files", action: "file.remove", scope: auth.ScopeFilesWrite, audited: true, h: s.removeFile},

@@ -167,6 +167,8 @@ func newRoot() *command {
 		subs: []*command{
 			sandboxCmd(),
 			execCmd(),
+			runCmd(),
+			contextsCmd(),
 			processCmd(),
 			cpCmd(),
 			fsCmd(),

@@ -49,7 +49,9 @@ const out = (name) => (chunk, enc, cb) => {
 };
 process.stdout.write = out('stdout');
 process.stderr.write = out('stderr');
-const cons = new console.Console({ stdout: { write: out('stdout') }, stderr: { write: out('stderr') } });
+const { Writable } = require('stream');
+const sink = (name) => new Writable({ decodeStrings: false, write(chunk, enc, cb) { out(name)(chunk, cb); } });
+const cons = new console.Console({ stdout: sink('stdout'), stderr: sink('stderr') });
 
 const cellRequire = Module.createRequire(path.join(process.cwd(), '[cell]'));
 const sandbox = {
@@ -171,7 +173,12 @@ async function run(cmd) {
     }
     if (v !== undefined) send(Object.assign({ type: 'result', is_main_result: true }, bundle(v)));
   } catch (e) {
-    send(errorEvent(e));
+    if (e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') {
+      const v = `execution timed out after ${cmd.timeout_ms / 1000}s and was interrupted; the context keeps its state`;
+      send({ type: 'error', name: 'TimeoutError', value: v, traceback: 'TimeoutError: ' + v });
+    } else {
+      send(errorEvent(e));
+    }
   } finally {
     interrupt = null;
     for (const [k, v] of Object.entries(saved)) { if (v === undefined) delete process.env[k]; else process.env[k] = v; }
@@ -191,6 +198,7 @@ async function pump() {
     send({ type: 'done', id: cmd.id });
   }
   busy = false;
+  if (closed) process.exit(0);
 }
 const rl = readline.createInterface({ input: fs.createReadStream(null, { fd: 3 }) });
 rl.on('line', (line) => {
@@ -199,5 +207,6 @@ rl.on('line', (line) => {
   queue.push(cmd);
   pump();
 });
-rl.on('close', () => process.exit(0));
+let closed = false;
+rl.on('close', () => { closed = true; if (!busy) process.exit(0); });
 send({ type: 'ready', pid: process.pid });

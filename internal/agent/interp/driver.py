@@ -213,6 +213,11 @@ def main():
     sys.stdout = _Stream("stdout")
     sys.stderr = _Stream("stderr")
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # Debian's matplotlib reads /etc/matplotlibrc, which a sandbox's own /etc
+    # may lack: fall back to the copy in the package's data directory.
+    _rc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
+    if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") and os.path.exists(_rc):
+        os.environ["MATPLOTLIBRC"] = _rc
     _send({"type": "ready", "pid": os.getpid()})
     while True:
         try:

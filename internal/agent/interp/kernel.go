@@ -116,6 +116,9 @@ func (k *kernel) readEvents() {
 				default:
 					var ev Event
 					if json.Unmarshal(line, &ev) == nil {
+						if (ev.Type == "stdout" || ev.Type == "stderr") && ev.Timestamp == 0 {
+							ev.Timestamp = now()
+						}
 						k.deliver(ev)
 					}
 				}

@@ -358,19 +358,21 @@ func TestDisconnectThenReplay(t *testing.T) {
 			t.Fatalf("process %d died with its client", pid)
 		}
 
-		// Live Connect sees nothing from before.
 		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer ccancel()
+		// Replay gets the earlier output. Waiting for all of it here also
+		// makes sure the process has written everything before the live
+		// Connect below (no timing assumption on a loaded machine).
+		rep := connectTo(t, e, cctx, pidSel(pid), true)
+		rep.until(func(r *result) bool {
+			return r.stdout.String() == "first\nsecond\n" && r.stderr.String() == "err-line\n"
+		})
+		// Live Connect sees nothing from before.
 		live := connectTo(t, e, cctx, pidSel(pid), false)
 		live.until(func(r *result) bool { return r.pid != 0 })
 		if live.r.pid != pid {
 			t.Errorf("connect start pid %d, want %d", live.r.pid, pid)
 		}
-		// Replay gets the earlier output.
-		rep := connectTo(t, e, cctx, pidSel(pid), true)
-		rep.until(func(r *result) bool {
-			return r.stdout.String() == "first\nsecond\n" && r.stderr.String() == "err-line\n"
-		})
 		if err := sendSignal(t, e, pidSel(pid), pb.Signal_SIGNAL_SIGKILL); err != nil {
 			t.Fatal(err)
 		}

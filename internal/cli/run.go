@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	warden "github.com/warden-sandbox/warden/sdk/go"
+)
+
+// runOptions are the flags of `warden run`.
+type runOptions struct {
+	lang, context, file, user, saveImages string
+	env                                   kvFlag
+	timeout                               durationFlag
+}
+
+func runCmd() *command {
+	o := &runOptions{env: kvFlag{allowBare: true}}
+	c := &command{
+		name:  "run",
+		args:  "ID [CODE | -]",
+		short: "Run code in a sandbox's code interpreter",
+		long: "Run a cell of Python, JavaScript, TypeScript or bash in a stateful interpreter context\n" +
+			"of the sandbox: variables, imports and definitions stay for the next run in the same\n" +
+			"context. The code is CODE, the file given with -f, or stdin with \"-\" (or when neither\n" +
+			"is given). Without --context the default context of --lang runs it.\n" +
+			"\n" +
+			"stdout and stderr are streamed as they are written; the value of the last expression\n" +
+			"is printed after them (its text/plain form). With --save-images, PNG results (such as\n" +
+			"matplotlib figures) are saved in DIR and their paths printed on stderr. An error in the\n" +
+			"code prints its traceback on stderr and exits with status 1; Ctrl-C interrupts the\n" +
+			"running code.",
+		examples: []string{
+			"warden run sb-01hzx3k9q2 'x = 21; x * 2'",
+			"warden run sb-01hzx3k9q2 --lang js 'await Promise.resolve(42)'",
+			"warden run sb-01hzx3k9q2 -f analysis.py --save-images ./charts",
+			"echo 'ls -l' | warden run sb-01hzx3k9q2 --lang bash -",
+		},
+	}
+	c.flags = func(fs *flagSet) {
+		fs.String(&o.lang, "lang", "LANG", "python, javascript, typescript or bash (default: python)", "l")
+		fs.String(&o.context, "context", "CTX", "context ID from 'warden contexts create' (excludes --lang)")
+		fs.String(&o.file, "file", "FILE", "read the code from FILE", "f")
+		fs.String(&o.user, "user", "U", "user of the default context (default: the sandbox's)")
+		fs.Var(&o.env, "env", "K=V", "environment variable for this run; repeatable; a bare K copies the local value")
+		fs.Var(&o.timeout, "timeout", "DURATION", "interrupt the code after this long, such as 30s (default: no limit)")
+		fs.String(&o.saveImages, "save-images", "DIR", "save PNG results in DIR")
+	}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) < 1 || len(args) > 2 {
+			return usageErr(c, "want a sandbox ID and optionally the code, got %d arguments", len(args))
+		}
+		if o.lang != "" && o.context != "" {
+			return usageErr(c, "--lang and --context cannot be used together: a context has its language")
+		}
+		if err := o.env.resolve(r.env.Getenv); err != nil {
+			return usageErr(c, "--env %v", err)
+		}
+		var code string
+		switch {
+		case o.file != "" && len(args) == 2:
+			return usageErr(c, "give the code as an argument or with -f, not both")
+		case o.file != "":
+			b, err := os.ReadFile(o.file)
+			if err != nil {
+				return err
+			}
+			code = string(b)
+		case len(args) == 2 && args[1] != "-":
+			code = args[1]
+		default:
+			b, err := io.ReadAll(r.env.Stdin)
+			if err != nil {
+				return fmt.Errorf("read stdin: %w", err)
+			}
+			code = string(b)
+		}
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		lang := o.lang
+		if lang == "" && o.context == "" && o.file != "" {
+			lang = langOfFile(o.file)
+		}
+		req := warden.RunCodeRequest{Code: code, Language: lang, ContextID: o.context, Env: o.env.m, User: o.user, TimeoutSeconds: o.timeout.secs}
+		ex, err := cl.RunCode(ctx, args[0], req, warden.CodeHandlers{
+			OnStdout: func(s string) { io.WriteString(r.env.Stdout, s) },
+			OnStderr: func(s string) { io.WriteString(r.env.Stderr, s) },
+		})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, res := range ex.Results {
+			if o.saveImages != "" && res.PNG != "" {
+				n++
+				b, err := res.PNGBytes()
+				if err != nil {
+					return fmt.Errorf("decode PNG result: %w", err)
+				}
+				if err := os.MkdirAll(o.saveImages, 0o755); err != nil {
+					return err
+				}
+				p := filepath.Join(o.saveImages, fmt.Sprintf("result-%d-%d.png", ex.ExecutionCount, n))
+				if err := os.WriteFile(p, b, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(r.env.Stderr, "saved %s\n", p)
+			}
+			if res.IsMainResult && res.Text != "" {
+				fmt.Fprintln(r.env.Stdout, res.Text)
+			}
+		}
+		if ex.Error != nil {
+			tb := strings.TrimRight(ex.Error.Traceback, "\n")
+			if tb == "" {
+				tb = ex.Error.Name + ": " + ex.Error.Value
+			}
+			fmt.Fprintln(r.env.Stderr, tb)
+			return exitCode(1)
+		}
+		return nil
+	}
+	return c
+}
+
+// langOfFile guesses the language from a file name's extension ("" for python).
+func langOfFile(name string) string {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".js", ".mjs", ".cjs":
+		return warden.LangJavaScript
+	case ".ts", ".mts":
+		return warden.LangTypeScript
+	case ".sh", ".bash":
+		return warden.LangBash
+	}
+	return ""
+}
+
+func contextsCmd() *command {
+	return &command{
+		name:  "contexts",
+		short: "Manage a sandbox's code-interpreter contexts",
+		long: "Create, list, restart and remove the interpreter contexts 'warden run' runs code in.\n" +
+			"Each context is its own interpreter process with its own state.",
+		subs: []*command{contextsLsCmd(), contextsCreateCmd(), contextsRestartCmd(), contextsRmCmd()},
+	}
+}
+
+func contextsLsCmd() *command {
+	c := &command{name: "ls", aliases: []string{"list"}, args: "ID", short: "List contexts", long: "List the sandbox's interpreter contexts.", json: true}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) != 1 {
+			return usageErr(c, "want one sandbox ID, got %d arguments", len(args))
+		}
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		list, err := cl.CodeContexts(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if r.g.json {
+			if list == nil {
+				list = []warden.CodeContext{}
+			}
+			return printJSON(r.env.Stdout, list)
+		}
+		t := newTable(r.env.Stdout, "ID", "LANGUAGE", "CWD")
+		for _, x := range list {
+			t.row(x.ID, x.Language, x.Cwd)
+		}
+		return t.flush()
+	}
+	return c
+}
+
+func contextsCreateCmd() *command {
+	var req warden.CreateCodeContextRequest
+	c := &command{name: "create", args: "ID", short: "Create a context", long: "Start a new interpreter context and print its ID.", json: true}
+	c.flags = func(fs *flagSet) {
+		fs.String(&req.Language, "lang", "LANG", "python, javascript, typescript or bash (default: python)", "l")
+		fs.String(&req.Cwd, "cwd", "DIR", "working directory (default: the user's home)", "D")
+		fs.String(&req.User, "user", "U", "user the interpreter runs as (default: the sandbox's)")
+	}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) != 1 {
+			return usageErr(c, "want one sandbox ID, got %d arguments", len(args))
+		}
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		x, err := cl.CreateCodeContext(ctx, args[0], req)
+		if err != nil {
+			return err
+		}
+		if r.g.json {
+			return printJSON(r.env.Stdout, x)
+		}
+		fmt.Fprintln(r.env.Stdout, x.ID)
+		return nil
+	}
+	return c
+}
+
+func contextsRestartCmd() *command {
+	c := &command{name: "restart", args: "ID CTX", short: "Restart a context", long: "Replace the context's interpreter with a fresh one; its state is lost."}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) != 2 {
+			return usageErr(c, "want a sandbox ID and a context ID, got %d arguments", len(args))
+		}
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		return cl.RestartCodeContext(ctx, args[0], args[1])
+	}
+	return c
+}
+
+func contextsRmCmd() *command {
+	c := &command{name: "rm", aliases: []string{"remove", "delete"}, args: "ID CTX", short: "Remove a context", long: "End the context's interpreter and forget the context."}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) != 2 {
+			return usageErr(c, "want a sandbox ID and a context ID, got %d arguments", len(args))
+		}
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		return cl.DeleteCodeContext(ctx, args[0], args[1])
+	}
+	return c
+}
