@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -144,7 +145,25 @@ func forkExec(path string, argv []string, attr *syscall.ProcAttr, onExit func(sy
 	if err != nil {
 		return 0, err
 	}
+	preferForOOM(pid)
 	return pid, nil
+}
+
+// ChildOOMScoreAdj is written to every child's oom_score_adj. When the
+// sandbox hits its memory limit the OOM killer then picks a user process,
+// never the agent (PID 1, left at 0), even when the memory is held by
+// something no process's RSS shows (memfd or tmpfs pages): the sandbox
+// survives its own memory bomb. Raising the value needs no privilege.
+const ChildOOMScoreAdj = "500"
+
+// preferForOOM marks a child as the OOM killer's preferred victim. Errors
+// are ignored: outside a sandbox (tests) /proc may refuse, and a child that
+// already exited has nothing to mark.
+func preferForOOM(pid int) {
+	if os.Getpid() != 1 {
+		return // only the sandbox init protects itself this way
+	}
+	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(ChildOOMScoreAdj), 0)
 }
 
 // PrepareSpawnThread starts the spawn thread now and returns the error of

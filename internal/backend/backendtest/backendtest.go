@@ -1,7 +1,9 @@
 // Package backendtest is the conformance suite every isolation backend runs
 // (modelled on containerd's snapshots testsuite): lifecycle, exec, stdin,
-// signals, PTY, files, watch, limits, isolation checks, restart recovery and
-// teardown. A backend is done when Run passes against it for real.
+// signals, PTY, files, watch, isolation checks, the escape and abuse probes
+// of shared/security/probes.md with host canaries (probes.go), limits,
+// restart recovery and teardown. A backend is done when Run passes against
+// it for real.
 package backendtest
 
 import (
@@ -34,6 +36,11 @@ type Factory struct {
 	// Leftovers lists host resources still held for sandbox id (processes,
 	// mounts, cgroups, directories, devices). Empty after Delete.
 	Leftovers func(t *testing.T, id string) []string
+	// HostPaths (optional) lists host paths of the backend that must be
+	// invisible from inside sandbox h: its state and run directories, the
+	// agent's socket, binaries, databases and configuration. The Probes
+	// subtest passes them to warden-probe (sockets are also dialled).
+	HostPaths func(t *testing.T, h backend.Handle) []string
 }
 
 var seq atomic.Int64
@@ -109,6 +116,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Files", func(t *testing.T) { testFiles(t, f, b) })
 	t.Run("Watch", func(t *testing.T) { testWatch(t, f, b) })
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, f, b) })
+	t.Run("Probes", func(t *testing.T) { testProbes(t, f, b) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, f, b) })
 	t.Run("Pause", func(t *testing.T) { testPause(t, f, b) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, f, b) })

@@ -101,6 +101,11 @@ func leftovers(t *testing.T, id string) []string {
 	return left
 }
 
+// hostPaths are the native backend's host paths that no sandbox may see.
+func hostPaths(t *testing.T, h backend.Handle) []string {
+	return []string{runDir, filepath.Join(runDir, h.ID), filepath.Join(runDir, h.ID, "agent.sock"), agentBin, tmplRoot}
+}
+
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers})
+	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths})
 }

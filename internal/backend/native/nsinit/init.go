@@ -73,6 +73,9 @@ func setup(cfg Config, fds []int) error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
 	if err := writeIdentity(cfg.Hostname); err != nil {
 		return err
 	}
@@ -377,6 +380,29 @@ func populateDev(dev string, cfg Config) error {
 	// Nothing else may be created in /dev.
 	if err := unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536,nr_inodes=64"); err != nil {
 		return fmt.Errorf("read-only /dev: %w", err)
+	}
+	return nil
+}
+
+// loopbackUp brings up lo, the only interface of the sandbox's network
+// namespace, so that 127.0.0.1 and ::1 work inside the sandbox (a dev server
+// and its client, a database on localhost). It reaches nothing outside.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: get flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: bring up: %w", err)
 	}
 	return nil
 }
