@@ -114,9 +114,6 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}}
 }
 
-// Backend returns the manager's backend.
-func (m *Manager) Backend() backend.Backend { return m.b }
-
 // NewID returns a fresh sandbox id: "sb-" and 16 lowercase base32 characters.
 func NewID() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
@@ -383,38 +380,6 @@ func (m *Manager) finish(ctx context.Context, id string, final State, reason str
 	if m.OnEnd != nil {
 		m.OnEnd(sb)
 	}
-}
-
-// Pause freezes a running sandbox (backends that can).
-func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
-	p, ok := m.b.(backend.Pauser)
-	if !ok || !m.b.Capabilities().Pause {
-		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
-	}
-	h, err := m.handle(ctx, id, StateRunning)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if err := p.Pause(ctx, h); err != nil {
-		return store.Sandbox{}, fmt.Errorf("pause: %w", err)
-	}
-	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error { s.State = string(StatePaused); return nil })
-}
-
-// Resume thaws a paused sandbox.
-func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
-	p, ok := m.b.(backend.Pauser)
-	if !ok {
-		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
-	}
-	h, err := m.handle(ctx, id, StatePaused)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if err := p.Resume(ctx, h); err != nil {
-		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
-	}
-	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error { s.State = string(StateRunning); return nil })
 }
 
 func (m *Manager) handle(ctx context.Context, id string, want State) (backend.Handle, error) {
