@@ -98,10 +98,35 @@ func (a *Agent) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(a.Env())
 	})
+	mux.HandleFunc("POST /init", a.serveInit)
 	mux.HandleFunc("/files", a.files.ServeFiles)
 	mux.HandleFunc("/tar", a.files.ServeTar)
 	a.code.Register(mux)
 	return mux
+}
+
+// initRequest is the body of POST /init (field names as E2B's envd).
+type initRequest struct {
+	EnvVars map[string]string `json:"envVars"`
+}
+
+// serveInit sets the sandbox-wide environment when the daemon hands a
+// pre-started (pooled) sandbox to its owner: processes started afterwards
+// see it. Variables are added to those the agent started with.
+func (a *Agent) serveInit(w http.ResponseWriter, r *http.Request) {
+	var req initRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"code": 400, "message": "init: " + err.Error()})
+		return
+	}
+	a.mu.Lock()
+	for k, v := range req.EnvVars {
+		a.env[k] = v
+	}
+	a.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // Close ends every process the agent started.

@@ -7,6 +7,7 @@ package agentclient
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -276,6 +277,20 @@ func (c *Client) Upload(ctx context.Context, path, user string, r io.Reader) err
 		return err
 	}
 	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
+}
+
+// Init adds env to the sandbox-wide environment (POST /init).
+func (c *Client) Init(ctx context.Context, env map[string]string) error {
+	body, err := json.Marshal(map[string]any{"envVars": env})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/init", url.Values{}, "", bytes.NewReader(body), http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		return err
+	}
 	resp.Body.Close()
 	return nil
 }

@@ -47,6 +47,9 @@ type Config struct {
 	MaxTimeout     time.Duration `yaml:"max_timeout"`
 	// MaxSandboxes bounds sandboxes running at once (0: backend limit).
 	MaxSandboxes int `yaml:"max_sandboxes"`
+	// PoolSize is how many base-template sandboxes are kept started for
+	// creates with default settings to claim (0 disables the warm pool).
+	PoolSize int `yaml:"pool_size"`
 	// LogLevel is debug, info, warn or error; LogFormat json or text.
 	LogLevel  string `yaml:"log_level"`
 	LogFormat string `yaml:"log_format"`
@@ -70,6 +73,7 @@ func Default() Config {
 		Landlock:        "best-effort",
 		DefaultTimeout:  5 * time.Minute,
 		MaxTimeout:      24 * time.Hour,
+		PoolSize:        2,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownTimeout: 10 * time.Second,
@@ -91,6 +95,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
 	landlock := fs.String("landlock", "", "require, best-effort or off (env WARDEN_LANDLOCK)")
 	maxSandboxes := fs.Int("max-sandboxes", -1, "sandboxes running at once, 0 for the backend's limit (env WARDEN_MAX_SANDBOXES)")
+	poolSize := fs.Int("pool-size", -1, "warm pool: base-template sandboxes kept started for default creates, 0 to disable (default 2; env WARDEN_POOL_SIZE)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -153,6 +158,16 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	if *maxSandboxes >= 0 {
 		c.MaxSandboxes = *maxSandboxes
 	}
+	if v := getenv("WARDEN_POOL_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("WARDEN_POOL_SIZE: %w", err)
+		}
+		c.PoolSize = n
+	}
+	if *poolSize >= 0 {
+		c.PoolSize = *poolSize
+	}
 	return c, c.Validate()
 }
 
@@ -199,6 +214,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return errors.New("config: max_sandboxes must not be negative")
+	}
+	if c.PoolSize < 0 || c.PoolSize > 1000 {
+		return errors.New("config: pool_size must be between 0 and 1000")
 	}
 	return nil
 }

@@ -88,7 +88,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if _, err := tmpl.Get(template.BaseName); err != nil {
 		return fmt.Errorf("prepare base template: %w", err)
 	}
-	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, MaxSandboxes: cfg.MaxSandboxes}, st, b, tmpl, log)
+	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
+		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
 	publicURL := cfg.PublicURL
 	if publicURL == "" && cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
@@ -138,6 +139,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go mgr.Run(rctx)
+	mgr.StartPool(rctx)
 
 	errc := make(chan error, len(lns))
 	var wg sync.WaitGroup

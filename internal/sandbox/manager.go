@@ -62,6 +62,10 @@ type Config struct {
 	MaxTimeout     time.Duration // 24 h when zero
 	MaxSandboxes   int           // running at once; 0 = backend's limit
 	Reap           time.Duration // how often expired sandboxes are looked for; 1 s when zero
+	// PoolSize is how many sandboxes of the base template with default
+	// limits are kept started and waiting; a create that asks for nothing
+	// else claims one instead of booting (see StartPool). 0 disables the pool.
+	PoolSize int
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take defaults.
@@ -85,6 +89,10 @@ type Manager struct {
 	b    backend.Backend
 	tmpl Templates
 	log  *slog.Logger
+
+	pool     chan backend.Handle // started, unclaimed sandboxes
+	poolWake chan struct{}
+	poolDone sync.WaitGroup
 
 	mu      sync.Mutex
 	handles map[string]backend.Handle
@@ -111,6 +119,7 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 		cfg.Reap = time.Second
 	}
 	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log,
+		pool: make(chan backend.Handle, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1),
 		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}}
 }
 
@@ -194,6 +203,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		}
 	}()
 
+	if h, ok := m.claim(req); ok {
+		sb, err := m.startPooled(ctx, req, h)
+		if err == nil {
+			started = true
+			return sb, nil
+		}
+		m.log.Warn("pooled sandbox unusable; booting a new one", "err", err)
+	}
 	id := NewID()
 	spec := tm.Spec(id)
 	for k, v := range req.Env {
@@ -271,6 +288,154 @@ func (m *Manager) dropHandle(id string) {
 		delete(m.clients, id)
 	}
 	m.mu.Unlock()
+}
+
+// poolable reports whether req asks for nothing a pooled sandbox lacks.
+func (m *Manager) poolable(req CreateRequest) bool {
+	d := backend.DefaultLimits
+	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" &&
+		(req.CPUMillis == 0 || req.CPUMillis == d.CPUMillis) &&
+		(req.MemoryMB == 0 || req.MemoryMB<<20 == d.MemoryBytes) &&
+		(req.DiskMB == 0 || req.DiskMB<<20 == d.DiskBytes)
+}
+
+// claim takes a started sandbox from the pool, if req can use one.
+func (m *Manager) claim(req CreateRequest) (backend.Handle, bool) {
+	if m.cfg.PoolSize <= 0 || !m.poolable(req) {
+		return backend.Handle{}, false
+	}
+	select {
+	case h := <-m.pool:
+		select {
+		case m.poolWake <- struct{}{}:
+		default:
+		}
+		return h, true
+	default:
+		return backend.Handle{}, false
+	}
+}
+
+// startPooled turns a claimed pooled sandbox into the caller's sandbox: a
+// record with a fresh id, the caller's environment handed to the agent.
+func (m *Manager) startPooled(ctx context.Context, req CreateRequest, h backend.Handle) (store.Sandbox, error) {
+	bctx := context.WithoutCancel(ctx)
+	if st, err := m.b.Status(bctx, h); err != nil || st != backend.StateRunning {
+		m.b.Delete(bctx, h)
+		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s is %s: %v", h.ID, st, err)
+	}
+	if len(req.Env) > 0 {
+		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
+		err := c.Init(bctx, req.Env)
+		c.Close()
+		if err != nil {
+			m.b.Delete(bctx, h)
+			return store.Sandbox{}, fmt.Errorf("hand environment to pooled sandbox: %w", err)
+		}
+	}
+	d := backend.DefaultLimits
+	now := time.Now().UTC()
+	raw, _ := json.Marshal(h)
+	tm, _ := m.tmpl.Get(template.BaseName)
+	id := NewID()
+	sb := store.Sandbox{
+		ID: id, Template: template.BaseName, State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
+		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
+		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
+		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
+	}
+	if err := m.st.CreateSandbox(bctx, sb); err != nil {
+		m.b.Delete(bctx, h)
+		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	m.setHandle(id, h)
+	go m.watch(id, h)
+	m.forwardEvents(id, h)
+	return sb, nil
+}
+
+// StartPool keeps PoolSize sandboxes started and waiting until ctx ends,
+// then deletes the unclaimed ones (Shutdown waits for that). Pooled
+// sandboxes have no record: after a crash the daemon's next start purges
+// them as orphans.
+func (m *Manager) StartPool(ctx context.Context) {
+	if m.cfg.PoolSize <= 0 {
+		return
+	}
+	m.poolDone.Add(1)
+	go func() {
+		defer m.poolDone.Done()
+		defer m.drainPool()
+		m.fillPool(ctx)
+	}()
+}
+
+func (m *Manager) fillPool(ctx context.Context) {
+	backoff := time.Second
+	for {
+		for len(m.pool) < cap(m.pool) && ctx.Err() == nil {
+			h, err := m.prestart(ctx)
+			if err != nil {
+				m.log.Warn("warm pool: start a sandbox", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Minute)
+				continue
+			}
+			backoff = time.Second
+			if ctx.Err() != nil {
+				m.b.Delete(context.Background(), h)
+				return
+			}
+			m.pool <- h
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.poolWake:
+		}
+	}
+}
+
+// prestart boots one sandbox of the base template with default limits.
+func (m *Manager) prestart(ctx context.Context) (backend.Handle, error) {
+	tm, err := m.tmpl.Get(template.BaseName)
+	if err != nil {
+		return backend.Handle{}, err
+	}
+	spec := tm.Spec("pool-" + strings.TrimPrefix(NewID(), "sb-"))
+	spec.Limits = backend.DefaultLimits
+	bctx := context.WithoutCancel(ctx)
+	h, err := m.b.Create(bctx, spec)
+	if err != nil {
+		return h, err
+	}
+	if err := m.b.Start(bctx, h); err != nil {
+		m.b.Delete(bctx, h)
+		return h, err
+	}
+	if hb, ok := m.b.(interface {
+		Handle(string) (backend.Handle, error)
+	}); ok {
+		if nh, err := hb.Handle(h.ID); err == nil {
+			h = nh
+		}
+	}
+	return h, nil
+}
+
+// drainPool deletes every unclaimed pooled sandbox.
+func (m *Manager) drainPool() {
+	for {
+		select {
+		case h := <-m.pool:
+			m.b.Delete(context.Background(), h)
+		default:
+			return
+		}
+	}
 }
 
 // watch marks a sandbox stopped when its backend says it ended by itself.
@@ -540,6 +705,7 @@ func (m *Manager) reapExpired(ctx context.Context) {
 // Shutdown drops agent connections. Sandboxes keep running: a restarted
 // daemon re-attaches them.
 func (m *Manager) Shutdown() {
+	m.poolDone.Wait() // the pool goroutine drains the pool when its context ends
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, c := range m.clients {

@@ -18,7 +18,7 @@ import (
 // TestDaemon drives one real wardend through the SDK and the CLI.
 func TestDaemon(t *testing.T) {
 	state, run := newDirs(t)
-	d := startDaemon(t, state, run)
+	d := startDaemon(t, state, run, "--pool-size", "2") // as users run it
 	admin := d.client(t, d.adminKey)
 	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, d, admin) })
 	t.Run("Exec", func(t *testing.T) { testExec(t, d, admin) })

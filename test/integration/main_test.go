@@ -85,7 +85,11 @@ func startDaemon(t *testing.T, state, run string, extra ...string) *daemon {
 	d.url = "http://" + addr
 	d.socket = filepath.Join(run, "wardend.sock")
 	args := append([]string{"--listen", addr, "--socket", d.socket, "--state-dir", state, "--run-dir", run,
-		"--agent", filepath.Join(binDir, "warden-agent"), "--landlock", "require"}, extra...)
+		"--agent", filepath.Join(binDir, "warden-agent"), "--landlock", "require",
+		// No warm pool unless a test asks (--pool-size N in extra, which wins):
+		// tests that look for a sandbox's host resources by its id need the
+		// id-named directories a pooled sandbox does not have.
+		"--pool-size", "0"}, extra...)
 	d.cmd = exec.Command(filepath.Join(binDir, "wardend"), args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -164,4 +168,9 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// poolDirs lists the warm pool's sandboxes on the host.
+func poolDirs(run string) ([]string, error) {
+	return filepath.Glob(filepath.Join(run, "native", "pool-*"))
 }
