@@ -96,7 +96,24 @@ func startDaemon(t *testing.T, state, run string, extra ...string) *daemon {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.stop(syscall.SIGTERM) })
+	t.Cleanup(func() {
+		// Sandboxes outlive their daemon by design: kill what the test left
+		// running before stopping it, so nothing leaks past the test.
+		if d.cmd != nil && d.adminKey != "" {
+			c := d.client(t, d.adminKey)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for _, st := range []warden.SandboxState{"running", "starting", "paused"} {
+				for sb, err := range c.AllSandboxes(ctx, warden.ListOptions{State: st}) {
+					if err != nil {
+						break
+					}
+					c.KillSandbox(ctx, sb.ID)
+				}
+			}
+		}
+		d.stop(syscall.SIGTERM)
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(d.url + "/healthz")
