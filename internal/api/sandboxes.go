@@ -303,6 +303,30 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, toSandbox(sb))
 }
 
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.sandboxFor(r, id); err != nil {
+		return err
+	}
+	sb, err := s.mgr.Pause(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.sandboxFor(r, id); err != nil {
+		return err
+	}
+	sb, err := s.mgr.Resume(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if _, err := s.sandboxFor(r, id); err != nil {

@@ -3,7 +3,7 @@ package cli
 func sandboxCmd() *command {
 	return &command{
 		name:  "sandbox",
-		short: "Create, list, inspect and kill sandboxes",
+		short: "Create, list, inspect, pause and kill sandboxes",
 		long:  "Manage sandboxes: isolated Linux environments that run commands for agents.",
 		subs: []*command{
 			sandboxCreateCmd(),
@@ -11,6 +11,8 @@ func sandboxCmd() *command {
 			sandboxInspectCmd(),
 			sandboxKillCmd(),
 			sandboxTimeoutCmd(),
+			sandboxPauseCmd(),
+			sandboxResumeCmd(),
 			sandboxUsageCmd(),
 		},
 	}

@@ -547,6 +547,55 @@ func (m *Manager) finish(ctx context.Context, id string, final State, reason str
 	}
 }
 
+// Pause freezes a running sandbox on backends that can (native: the cgroup
+// freezer; processes and memory stay resident, no CPU is used). A failed
+// pause leaves the sandbox running.
+func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+	p, ok := m.b.(backend.Pauser)
+	if !ok || !m.b.Capabilities().Pause {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
+	}
+	h, err := m.handle(ctx, id, StateRunning)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := p.Pause(ctx, h); err != nil {
+		return store.Sandbox{}, fmt.Errorf("pause: %w", err)
+	}
+	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if State(s.State) != StateRunning {
+			return &StateError{ID: id, State: State(s.State), Want: string(StateRunning)}
+		}
+		s.State = string(StatePaused)
+		return nil
+	})
+	if err != nil {
+		p.Resume(context.WithoutCancel(ctx), h) // never leave it frozen behind a record that says otherwise
+	}
+	return sb, err
+}
+
+// Resume thaws a paused sandbox.
+func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
+	p, ok := m.b.(backend.Pauser)
+	if !ok {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
+	}
+	h, err := m.handle(ctx, id, StatePaused)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := p.Resume(ctx, h); err != nil {
+		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
+	}
+	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if State(s.State) == StatePaused {
+			s.State = string(StateRunning)
+		}
+		return nil
+	})
+}
+
 func (m *Manager) handle(ctx context.Context, id string, want State) (backend.Handle, error) {
 	sb, err := m.Get(ctx, id)
 	if err != nil {

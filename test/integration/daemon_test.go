@@ -27,6 +27,62 @@ func TestDaemon(t *testing.T) {
 	t.Run("TimeoutExpiry", func(t *testing.T) { testTimeout(t, d, admin) })
 	t.Run("Authorization", func(t *testing.T) { testAuthz(t, d, admin) })
 	t.Run("CLI", func(t *testing.T) { testCLI(t, d) })
+	t.Run("PauseResume", func(t *testing.T) { testPause(t, d, admin) })
+}
+
+func testPause(t *testing.T, d *daemon, c *warden.Client) {
+	ctx := ctxT(t)
+	sb := create(t, c, warden.CreateSandboxRequest{})
+	ticker, err := c.StartProcess(ctx, sb.ID, warden.ExecRequest{Command: "while :; do date +%s%N >> /tmp/ticks; sleep 0.05; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticker.Close()
+	time.Sleep(300 * time.Millisecond)
+	p, err := c.PauseSandbox(ctx, sb.ID)
+	if err != nil || p.State != "paused" {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"true"}}, warden.ExecIO{}); !warden.IsConflict(err) {
+		t.Fatalf("exec while paused: %v, want 409", err)
+	}
+	if _, err := c.PauseSandbox(ctx, sb.ID); !warden.IsConflict(err) {
+		t.Fatalf("second pause: %v, want 409", err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if r, err := c.ResumeSandbox(ctx, sb.ID); err != nil || r.State != "running" {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var out bytes.Buffer
+	if _, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"cat", "/tmp/ticks"}}, warden.ExecIO{Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	// The ticker wrote every 50 ms except while frozen: the biggest gap
+	// between two ticks is the pause.
+	var prev, gap int64
+	for _, l := range strings.Fields(out.String()) {
+		var v int64
+		fmt.Sscan(l, &v)
+		if prev != 0 && v-prev > gap {
+			gap = v - prev
+		}
+		prev = v
+	}
+	if gap < int64(1200*time.Millisecond) {
+		t.Fatalf("largest gap between ticks %v: the sandbox was not frozen", time.Duration(gap))
+	}
+	// A paused sandbox can be killed.
+	sb2 := create(t, c, warden.CreateSandboxRequest{})
+	if _, err := c.PauseSandbox(ctx, sb2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.KillSandbox(ctx, sb2.ID); err != nil {
+		t.Fatalf("kill paused: %v", err)
+	}
+	if got, _ := c.GetSandbox(ctx, sb2.ID); got.State != "stopped" {
+		t.Fatalf("killed paused sandbox is %s", got.State)
+	}
 }
 
 func create(t *testing.T, c *warden.Client, req warden.CreateSandboxRequest) warden.Sandbox {
