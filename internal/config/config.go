@@ -30,6 +30,9 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Socket is the unix socket of the HTTP API ("" disables it).
 	Socket string `yaml:"socket"`
+	// E2BListen is the TCP address of the E2B-compatible API (control
+	// plane and sandbox traffic on one port; "" disables it).
+	E2BListen string `yaml:"e2b_listen"`
 	// PublicURL is the base of presigned URLs (default http://<listen>).
 	PublicURL string `yaml:"public_url"`
 	// StateDir holds the database, keys, audit checkpoint and templates.
@@ -90,6 +93,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	stateDir := fs.String("state-dir", "", "state directory: database, keys, templates (default /var/lib/warden; env WARDEN_STATE_DIR)")
 	runDir := fs.String("run-dir", "", "runtime directory (default /run/warden; env WARDEN_RUN_DIR)")
 	agent := fs.String("agent", "", "warden-agent binary (default: next to wardend; env WARDEN_AGENT)")
+	e2bListen := fs.String("e2b-listen", "", "TCP address of the E2B-compatible API, \"\" (the default) disables it (env WARDEN_E2B_LISTEN)")
 	publicURL := fs.String("public-url", "", "base URL for presigned file URLs (env WARDEN_PUBLIC_URL)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env WARDEN_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
@@ -136,6 +140,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	set(&c.RunDir, *runDir, "WARDEN_RUN_DIR")
 	set(&c.AgentPath, *agent, "WARDEN_AGENT")
 	set(&c.PublicURL, *publicURL, "WARDEN_PUBLIC_URL")
+	set(&c.E2BListen, *e2bListen, "WARDEN_E2B_LISTEN")
 	set(&c.LogLevel, *logLevel, "WARDEN_LOG_LEVEL")
 	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
 	set(&c.Landlock, *landlock, "WARDEN_LANDLOCK")
@@ -146,6 +151,8 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 			c.Listen = ""
 		case f.Name == "socket" && *socket == "":
 			c.Socket = ""
+		case f.Name == "e2b-listen" && *e2bListen == "":
+			c.E2BListen = ""
 		}
 	})
 	if v := getenv("WARDEN_MAX_SANDBOXES"); v != "" {
@@ -188,6 +195,14 @@ func (c *Config) Validate() error {
 	if c.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			return fmt.Errorf("config: listen %q: %w", c.Listen, err)
+		}
+	}
+	if c.E2BListen != "" {
+		if _, _, err := net.SplitHostPort(c.E2BListen); err != nil {
+			return fmt.Errorf("config: e2b_listen %q: %w", c.E2BListen, err)
+		}
+		if c.E2BListen == c.Listen {
+			return fmt.Errorf("config: e2b_listen %q is the same address as listen", c.E2BListen)
 		}
 	}
 	if c.StateDir == "" || c.RunDir == "" {

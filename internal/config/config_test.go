@@ -61,3 +61,34 @@ func TestRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestE2BListen(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil || c.E2BListen != "" {
+		t.Fatalf("default e2b_listen = %q, %v; want off", c.E2BListen, err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "w.yaml")
+	os.WriteFile(file, []byte("version: 1\ne2b_listen: 127.0.0.1:3000\n"), 0o600)
+	c, err = load(t, []string{"--config", file}, nil)
+	if err != nil || c.E2BListen != "127.0.0.1:3000" {
+		t.Fatalf("file: e2b_listen = %q, %v", c.E2BListen, err)
+	}
+	c, err = load(t, []string{"--config", file}, map[string]string{"WARDEN_E2B_LISTEN": "127.0.0.1:3001"})
+	if err != nil || c.E2BListen != "127.0.0.1:3001" {
+		t.Fatalf("env: e2b_listen = %q, %v", c.E2BListen, err)
+	}
+	c, err = load(t, []string{"--config", file, "--e2b-listen", "127.0.0.1:3002"}, map[string]string{"WARDEN_E2B_LISTEN": "127.0.0.1:3001"})
+	if err != nil || c.E2BListen != "127.0.0.1:3002" {
+		t.Fatalf("flag: e2b_listen = %q, %v", c.E2BListen, err)
+	}
+	c, err = load(t, []string{"--config", file, "--e2b-listen", ""}, nil)
+	if err != nil || c.E2BListen != "" {
+		t.Fatalf("--e2b-listen \"\" should disable it: %q, %v", c.E2BListen, err)
+	}
+	for _, bad := range []string{"nope", "127.0.0.1:7070"} {
+		if _, err := load(t, []string{"--e2b-listen", bad}, nil); err == nil || !strings.Contains(err.Error(), "e2b_listen") {
+			t.Errorf("--e2b-listen %q: error = %v, want it to mention e2b_listen", bad, err)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend/native"
 	"github.com/warden-sandbox/warden/internal/config"
+	"github.com/warden-sandbox/warden/internal/e2b"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
 	"github.com/warden-sandbox/warden/internal/template"
@@ -37,6 +38,7 @@ const (
 	AuditKeyFile   = "audit.key"
 	CheckpointFile = "audit.checkpoint"
 	PresignKeyFile = "presign.key"
+	E2BKeyFile     = "e2b.key" // derives the E2B envd access tokens
 	TemplatesDir   = "templates"
 )
 
@@ -136,13 +138,49 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		}
 		lns = append(lns, ln)
 	}
+	var e2bSrv *http.Server
+	var e2bLn net.Listener
+	if cfg.E2BListen != "" {
+		tokenKey, err := loadOrCreateSecret(filepath.Join(cfg.StateDir, E2BKeyFile))
+		if err == nil {
+			var es *e2b.Server
+			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: auth.New(st), Audit: alog, Logger: log.With("api", "e2b"),
+				TokenKey: tokenKey, MaxTimeout: cfg.MaxTimeout})
+			if err == nil {
+				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
+				if err != nil {
+					err = fmt.Errorf("listen on %s (e2b): %w", cfg.E2BListen, err)
+				}
+			}
+			if err == nil {
+				e2bSrv = &http.Server{Handler: es.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+					MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+			}
+		}
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return err
+		}
+	}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go mgr.Run(rctx)
 	mgr.StartPool(rctx)
 
-	errc := make(chan error, len(lns))
+	errc := make(chan error, len(lns)+1)
 	var wg sync.WaitGroup
+	if e2bSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e2bSrv.Serve(e2bLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		log.Info("serving the E2B-compatible API", "tcp", e2bLn.Addr().String())
+	}
 	for _, ln := range lns {
 		wg.Add(1)
 		go func() {
@@ -165,6 +203,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	defer cancel()
 	if serr := hs.Shutdown(sctx); serr != nil {
 		hs.Close()
+	}
+	if e2bSrv != nil {
+		if serr := e2bSrv.Shutdown(sctx); serr != nil {
+			e2bSrv.Close()
+		}
 	}
 	wg.Wait()
 	stop()

@@ -1,0 +1,301 @@
+package e2b
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// Routing headers of E2B's sandbox traffic.
+const (
+	hdrSandboxID   = "E2b-Sandbox-Id"
+	hdrSandboxPort = "E2b-Sandbox-Port"
+	hdrAccessToken = "X-Access-Token"
+	hdrTraffic     = "E2b-Traffic-Access-Token"
+)
+
+// internalRoutes are envd routes the orchestrator calls; never from outside.
+var internalRoutes = map[string]bool{
+	"/init": true, "/freeze": true, "/unfreeze": true, "/collapse": true,
+	"/fsfreeze": true, "/fsthaw": true, "/upgrade": true,
+}
+
+// isSandboxTraffic reports whether r names a sandbox: routing headers, a
+// {port}-{id}.{domain} Host, or the bare /files path (presigned URLs).
+func (s *Server) isSandboxTraffic(r *http.Request) bool {
+	if r.Header.Get(hdrSandboxID) != "" || r.Header.Get(hdrSandboxPort) != "" {
+		return true
+	}
+	if _, _, ok := s.hostRoute(r.Host); ok {
+		return true
+	}
+	return r.URL.Path == "/files"
+}
+
+// hostRoute parses {port}-{id}.{domain} when a domain is configured.
+func (s *Server) hostRoute(host string) (id string, port int, ok bool) {
+	if s.cfg.Domain == "" {
+		return "", 0, false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.Domain))
+	if !ok || strings.Contains(label, ".") {
+		return "", 0, false
+	}
+	ps, id, ok := strings.Cut(label, "-")
+	p, err := strconv.Atoi(ps)
+	if !ok || err != nil || id == "" {
+		return "", 0, false
+	}
+	return id, p, true
+}
+
+func notFound502(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": 502})
+}
+
+func portClosed502(w http.ResponseWriter, id string, port int) {
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502})
+}
+
+func unauthorized(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusUnauthorized, map[string]any{"code": 401, "message": msg})
+}
+
+// Signature computes envd's v1 signature of a /files URL.
+func Signature(path, op, username, token string, expiration int64) string {
+	raw := path + ":" + op + ":" + username + ":" + token
+	if expiration != 0 {
+		raw += ":" + strconv.FormatInt(expiration, 10)
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
+
+func eq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// checkSignature checks a signed /files request against token: "" when
+// good, else envd's message.
+func checkSignature(r *http.Request, token string) string {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" {
+		return "missing signature query parameter"
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	} else if r.Method != http.MethodGet {
+		return "invalid signature"
+	}
+	var exp int64
+	if v := q.Get("signature_expiration"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "invalid signature expiration"
+		}
+		exp = n
+	}
+	if !eq(sig, Signature(q.Get("path"), op, q.Get("username"), token, exp)) {
+		return "invalid signature"
+	}
+	if exp != 0 && exp < time.Now().Unix() {
+		return "signature is already expired"
+	}
+	return ""
+}
+
+// findBySignature routes a header-less signed /files request: the live
+// sandbox whose token produced the signature.
+func (s *Server) findBySignature(r *http.Request) (string, bool) {
+	if r.URL.Query().Get("signature") == "" {
+		return "", false
+	}
+	f := store.SandboxFilter{States: []string{string(sandbox.StateRunning)}, Limit: store.MaxPageSize}
+	for {
+		page, next, err := s.cfg.Manager.List(r.Context(), f)
+		if err != nil {
+			s.log.Error("e2b: list sandboxes for a signed url", "err", err)
+			return "", false
+		}
+		for _, sb := range page {
+			if msg := checkSignature(r, s.EnvdToken(sb.ID)); msg == "" || msg == "signature is already expired" {
+				return sb.ID, true
+			}
+		}
+		if next == "" {
+			return "", false
+		}
+		f.PageToken = next
+	}
+}
+
+// codeRoute reports whether path is a code-interpreter route.
+func codeRoute(path string) bool {
+	return path == "/execute" || path == "/contexts" || strings.HasPrefix(path, "/contexts/") || path == "/health"
+}
+
+// proxy serves sandbox traffic: route, authenticate with the sandbox's
+// token, reverse-proxy to its agent, audit.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
+	idH, portH := r.Header.Get(hdrSandboxID), r.Header.Get(hdrSandboxPort)
+	var id string
+	var port int
+	switch {
+	case idH != "" || portH != "":
+		if idH == "" || portH == "" {
+			http.Error(w, "missing header", http.StatusBadRequest)
+			return
+		}
+		p, err := strconv.Atoi(portH)
+		if err != nil || p <= 0 || p > 65535 {
+			http.Error(w, "invalid sandbox port", http.StatusBadRequest)
+			return
+		}
+		id, port = idH, p
+	default:
+		if hid, hp, ok := s.hostRoute(r.Host); ok {
+			id, port = hid, hp
+		} else if sid, ok := s.findBySignature(r); ok {
+			id, port = sid, PortEnvd
+		} else {
+			notFound502(w, "")
+			return
+		}
+	}
+	sb, err := s.cfg.Manager.Get(r.Context(), id)
+	if err != nil || sandbox.State(sb.State) != sandbox.StateRunning {
+		if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			s.log.Error("e2b: look up sandbox", "sandbox", id, "err", err)
+		}
+		notFound502(w, id)
+		return
+	}
+	if port != PortEnvd && port != PortCode {
+		portClosed502(w, id, port)
+		return
+	}
+	path := r.URL.Path
+	authBy := "token"
+	token := s.EnvdToken(id)
+	switch {
+	case port == PortEnvd && internalRoutes[path]:
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": "This endpoint is reserved for internal use and cannot be called from outside the sandbox.", "path": path, "code": 404})
+		return
+	case port == PortEnvd && path == "/health" && r.Method == http.MethodGet:
+		authBy = "none"
+	case port == PortEnvd && path == "/files":
+		if h := r.Header.Get(hdrAccessToken); h != "" {
+			if !eq(h, token) {
+				unauthorized(w, "access token present in header but does not match")
+				return
+			}
+		} else {
+			if msg := checkSignature(r, token); msg != "" {
+				unauthorized(w, msg)
+				return
+			}
+			authBy = "signature"
+		}
+	case port == PortEnvd:
+		if !eq(r.Header.Get(hdrAccessToken), token) {
+			unauthorized(w, "unauthorized access, please provide a valid access token or method signing if supported")
+			return
+		}
+	default: // code interpreter
+		if !codeRoute(path) {
+			portClosed502(w, id, port)
+			return
+		}
+		if path == "/health" && r.Method == http.MethodGet {
+			authBy = "none"
+		} else if !eq(r.Header.Get(hdrAccessToken), token) && !eq(r.Header.Get(hdrTraffic), s.TrafficToken(id)) {
+			writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "code": 403,
+				"message": "Sandbox is secured with traffic access token. Provide the envd or traffic access token."})
+			return
+		}
+	}
+	agent, err := s.cfg.Manager.Agent(r.Context(), id)
+	if err != nil {
+		notFound502(w, id)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = "agent"
+			pr.Out.Host = "agent"
+			for _, h := range []string{hdrSandboxID, hdrSandboxPort, hdrAccessToken, hdrTraffic, "X-Api-Key"} {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport:     agent.HTTP.Transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.log.Warn("e2b: proxy to agent", "sandbox", id, "path", r.URL.Path, "err", err)
+			if !sw.started() {
+				portClosed502(w, id, port)
+			}
+		},
+	}
+	rp.ServeHTTP(sw, r)
+	if authBy == "none" {
+		return // health probes are not audited
+	}
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	outcome := audit.OutcomeSuccess
+	if status >= 400 {
+		outcome = audit.OutcomeError
+	}
+	s.appendAudit(r.Context(), w.Header().Get("X-Request-Id"), sb.Owner, "e2b.envd", id, outcome, map[string]any{
+		"method": r.Method, "path": path, "port": port, "status": status, "auth": authBy,
+	})
+}
+
+// statusWriter records the response status; it passes Flush on.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (sw *statusWriter) WriteHeader(code int) {
+	if sw.status == 0 {
+		sw.status = code
+	}
+	sw.ResponseWriter.WriteHeader(code)
+}
+
+func (sw *statusWriter) Write(b []byte) (int, error) {
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	return sw.ResponseWriter.Write(b)
+}
+
+func (sw *statusWriter) Flush() {
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	http.NewResponseController(sw.ResponseWriter).Flush()
+}
+
+func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
+func (sw *statusWriter) started() bool { return sw.status != 0 }
