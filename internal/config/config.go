@@ -60,6 +60,11 @@ type Config struct {
 	// API's default; negative: no limit) and RateBurst its burst.
 	RateLimit float64 `yaml:"rate_limit"`
 	RateBurst int     `yaml:"rate_burst"`
+	// HeaderTimeout bounds how long a client may take to send a request's
+	// headers (slow clients, slowloris); IdleTimeout how long a keep-alive
+	// connection may sit idle.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	IdleTimeout   time.Duration `yaml:"idle_timeout"`
 	// ShutdownTimeout bounds how long open requests may finish at shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -80,6 +85,8 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownTimeout: 10 * time.Second,
+		HeaderTimeout:   10 * time.Second,
+		IdleTimeout:     2 * time.Minute,
 	}
 }
 
@@ -99,6 +106,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
 	landlock := fs.String("landlock", "", "require, best-effort or off (env WARDEN_LANDLOCK)")
 	maxSandboxes := fs.Int("max-sandboxes", -1, "sandboxes running at once, 0 for the backend's limit (env WARDEN_MAX_SANDBOXES)")
+	headerTimeout := fs.Duration("header-timeout", 0, "how long a client may take to send request headers (default 10s)")
 	poolSize := fs.Int("pool-size", -1, "warm pool: base-template sandboxes kept started for default creates, 0 to disable (default 2; env WARDEN_POOL_SIZE)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -175,6 +183,9 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	if *poolSize >= 0 {
 		c.PoolSize = *poolSize
 	}
+	if *headerTimeout > 0 {
+		c.HeaderTimeout = *headerTimeout
+	}
 	return c, c.Validate()
 }
 
@@ -229,6 +240,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return errors.New("config: max_sandboxes must not be negative")
+	}
+	if c.HeaderTimeout <= 0 || c.IdleTimeout <= 0 {
+		return errors.New("config: header_timeout and idle_timeout must be positive")
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1000 {
 		return errors.New("config: pool_size must be between 0 and 1000")

@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	cleanOrphans(ctx, b, log)
 
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
 	var tcpAddr net.Addr
@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 				}
 			}
 			if err == nil {
-				e2bSrv = &http.Server{Handler: es.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+				e2bSrv = &http.Server{Handler: es.Handler(), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
 					MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 			}
 		}

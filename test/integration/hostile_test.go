@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	warden "github.com/warden-sandbox/warden/sdk/go"
 )
@@ -84,5 +86,45 @@ func TestHostileThroughDaemon(t *testing.T) {
 	}
 	if _, err := c.Health(ctx); err != nil {
 		t.Fatalf("daemon unhealthy after hostile input: %v", err)
+	}
+}
+
+// TestSlowClient: a client that never finishes its headers is disconnected
+// after the header timeout, and the daemon keeps serving others meanwhile.
+func TestSlowClient(t *testing.T) {
+	state, run := newDirs(t)
+	d := startDaemon(t, state, run, "--header-timeout", "1s")
+	addr := strings.TrimPrefix(d.url, "http://")
+	var conns []net.Conn
+	for i := 0; i < 20; i++ {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// A request line and one header, then nothing more (slowloris).
+		if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	// Others are served while the slow clients hang.
+	if resp, err := http.Get(d.url + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz beside slow clients: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for i, conn := range conns {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 512)
+		n, err := conn.Read(buf)
+		for err == nil {
+			var m int
+			m, err = conn.Read(buf[n:])
+			n += m
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("slow client %d still connected after 5 s (header timeout 1 s)", i)
+		}
 	}
 }
