@@ -19,8 +19,36 @@ import (
 	"time"
 )
 
-// SDKVersion is the e2b npm package the suite installs.
-const SDKVersion = "2.51.0"
+// SDKVersion is the e2b npm package the suite installs, and
+// CodeInterpreterVersion the @e2b/code-interpreter package.
+const (
+	SDKVersion             = "2.51.0"
+	CodeInterpreterVersion = "2.8.0"
+)
+
+// ciScript drives the code interpreter through @e2b/code-interpreter.
+const ciScript = `
+import { Sandbox } from '@e2b/code-interpreter'
+const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+try {
+  let ex = await sbx.runCode('x = 41\nx + 1')
+  console.log('PY', ex.text, ex.error === undefined)
+  ex = await sbx.runCode('print("out")\n1/0')
+  console.log('PYERR', JSON.stringify(ex.logs.stdout.join('')), ex.error && ex.error.name)
+  ex = await sbx.runCode('x + 2')
+  console.log('PYSTATE', ex.text)
+  const ctx = await sbx.createCodeContext({ language: 'js' })
+  ex = await sbx.runCode('let y = 5; y * 2', { context: ctx })
+  console.log('JS', ex.text)
+  ex = await sbx.runCode('y + 1', { context: ctx })
+  console.log('JSSTATE', ex.text)
+  ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
+  const png = ex.results.find(r => r.png)
+  console.log('CHART', png !== undefined && Buffer.from(png.png, 'base64').subarray(1, 4).toString())
+} finally {
+  await sbx.kill()
+}
+`
 
 const script = `
 import { Sandbox } from 'e2b'
@@ -72,7 +100,7 @@ func TestE2BSDK(t *testing.T) {
 	os.WriteFile(filepath.Join(work, "package.json"), []byte(`{"name":"warden-e2b-suite","private":true,"type":"module"}`), 0o644)
 	ictx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	inst := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+SDKVersion)
+	inst := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+SDKVersion, "@e2b/code-interpreter@"+CodeInterpreterVersion)
 	inst.Dir = work
 	if out, err := inst.CombinedOutput(); err != nil {
 		t.Skipf("SKIP (LOUD): npm install e2b@%s failed (%v); the E2B SDK compatibility suite did NOT run:\n%s", SDKVersion, err, out)
@@ -145,6 +173,22 @@ func TestE2BSDK(t *testing.T) {
 		"INFO true base warden", "LIST a.txt", "EXISTS true false", "UPLOAD 200", `DOWNLOAD "via url"`, "KILLBG true", "LISTED true", "AFTER_KILL_RUNNING false"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	os.WriteFile(filepath.Join(work, "ci.mjs"), []byte(ciScript), 0o644)
+	cmd = exec.CommandContext(sctx, node, "ci.mjs")
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work,
+		"E2B_API_URL=http://" + e2bAddr, "E2B_SANDBOX_URL=http://" + e2bAddr, "E2B_API_KEY=" + strings.TrimSpace(string(key))}
+	out, err = cmd.CombinedOutput()
+	t.Logf("node ci.mjs:\n%s", out)
+	if err != nil {
+		t.Fatalf("the code-interpreter SDK script failed: %v", err)
+	}
+	for _, want := range []string{"PY 42 true", `PYERR "out\n" ZeroDivisionError`, "PYSTATE 43", "JS 10", "JSSTATE 6", "CHART PNG"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("code interpreter output lacks %q", want)
 		}
 	}
 }
