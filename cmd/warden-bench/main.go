@@ -90,7 +90,7 @@ func run(n int, agentPath, stateDir, jsonOut, apiURL string, burst int, big int6
 		if err != nil {
 			return err
 		}
-		if err := b.Start(ctx, h); err != nil {
+		if h, err = b.Start(ctx, h); err != nil {
 			b.Delete(ctx, h)
 			return err
 		}
@@ -115,7 +115,7 @@ func run(n int, agentPath, stateDir, jsonOut, apiURL string, burst int, big int6
 		return err
 	}
 	defer b.Delete(ctx, h)
-	if err := b.Start(ctx, h); err != nil {
+	if h, err = b.Start(ctx, h); err != nil {
 		return err
 	}
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.DialAgent(ctx, h) })

@@ -12,8 +12,8 @@
 //	                                  └────────────── Delete ───────────────-┴──> (gone)
 //
 // Create reserves host resources (uid range, cgroup, run directory) but runs
-// nothing. Start boots the sandbox and returns once its agent accepts
-// connections. Stop asks the sandbox to end (SIGTERM to everything, then
+// nothing. Start boots the sandbox and returns, once its agent accepts
+// connections, the handle to store from then on. Stop asks the sandbox to end (SIGTERM to everything, then
 // SIGKILL after grace); Kill ends it at once. Wait blocks until the sandbox has
 // stopped. Delete frees every host resource the sandbox held; it is idempotent
 // and also kills a sandbox that still runs. After Delete returns nothing of the
@@ -203,8 +203,10 @@ type Backend interface {
 	Capabilities() Capabilities
 	// Create reserves host resources for spec. Nothing runs yet.
 	Create(ctx context.Context, spec Spec) (Handle, error)
-	// Start boots the sandbox; it returns when the agent accepts connections.
-	Start(ctx context.Context, h Handle) error
+	// Start boots the sandbox; it returns when the agent accepts connections,
+	// with the handle to keep from then on (it may carry what is known only
+	// once the sandbox runs, such as the native agent's pid; Recover needs it).
+	Start(ctx context.Context, h Handle) (Handle, error)
 	// Stop sends SIGTERM to every process, then SIGKILL after grace.
 	Stop(ctx context.Context, h Handle, grace time.Duration) error
 	// Kill ends every process of the sandbox at once.

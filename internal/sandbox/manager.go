@@ -237,24 +237,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	bctx := context.WithoutCancel(ctx)
 	h, err := m.b.Create(bctx, spec)
 	if err == nil {
-		m.setHandle(id, h)
-		err = m.b.Start(bctx, h)
-		if err != nil {
+		m.setHandle(id, h) // a kill during the boot finds it
+		var started backend.Handle
+		if started, err = m.b.Start(bctx, h); err != nil {
 			m.b.Delete(bctx, h)
 			m.dropHandle(id)
+		} else {
+			h = started
+			m.setHandle(id, h)
 		}
 	}
 	if err != nil {
 		m.finish(bctx, id, StateFailed, "start failed: "+err.Error())
 		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
-	}
-	if hb, ok := m.b.(interface {
-		Handle(string) (backend.Handle, error)
-	}); ok {
-		if nh, err := hb.Handle(id); err == nil {
-			h = nh
-			m.setHandle(id, h)
-		}
 	}
 	raw, _ := json.Marshal(h)
 	sb, err = m.st.UpdateSandbox(bctx, id, func(s *store.Sandbox) error {
@@ -324,11 +319,12 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, h backend.
 		m.b.Delete(bctx, h)
 		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s is %s: %v", h.ID, st, err)
 	}
+	// The client that hands over the environment stays the sandbox's agent
+	// client (Agent), so the first exec reuses its connection.
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
 	if len(req.Env) > 0 {
-		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
-		err := c.Init(bctx, req.Env)
-		c.Close()
-		if err != nil {
+		if err := c.Init(bctx, req.Env); err != nil {
+			c.Close()
 			m.b.Delete(bctx, h)
 			return store.Sandbox{}, fmt.Errorf("hand environment to pooled sandbox: %w", err)
 		}
@@ -345,10 +341,14 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, h backend.
 		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
 	}
 	if err := m.st.CreateSandbox(bctx, sb); err != nil {
+		c.Close()
 		m.b.Delete(bctx, h)
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
-	m.setHandle(id, h)
+	m.mu.Lock()
+	m.handles[id] = h
+	m.clients[id] = c
+	m.mu.Unlock()
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
 	return sb, nil
@@ -412,18 +412,12 @@ func (m *Manager) prestart(ctx context.Context) (backend.Handle, error) {
 	if err != nil {
 		return h, err
 	}
-	if err := m.b.Start(bctx, h); err != nil {
+	started, err := m.b.Start(bctx, h)
+	if err != nil {
 		m.b.Delete(bctx, h)
 		return h, err
 	}
-	if hb, ok := m.b.(interface {
-		Handle(string) (backend.Handle, error)
-	}); ok {
-		if nh, err := hb.Handle(h.ID); err == nil {
-			h = nh
-		}
-	}
-	return h, nil
+	return started, nil
 }
 
 // drainPool deletes every unclaimed pooled sandbox.

@@ -73,7 +73,7 @@ func Start(t *testing.T, f Factory, b backend.Backend, mutate func(*backend.Spec
 			t.Errorf("delete: %v", err)
 		}
 	})
-	if err := b.Start(ctx, h); err != nil {
+	if h, err = b.Start(ctx, h); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	c := agentclient.New(func(ctx context.Context) (netConn, error) { return b.DialAgent(ctx, h) })
@@ -137,10 +137,10 @@ func testLifecycle(t *testing.T, f Factory, b backend.Backend) {
 	if _, err := b.Create(ctx, spec); err == nil {
 		t.Fatal("second create with the same id succeeded")
 	}
-	if err := b.Start(ctx, h); err != nil {
+	if h, err = b.Start(ctx, h); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	if err := b.Start(ctx, h); !errors.Is(err, backend.ErrAlreadyStart) {
+	if _, err := b.Start(ctx, h); !errors.Is(err, backend.ErrAlreadyStart) {
 		t.Fatalf("second start = %v, want ErrAlreadyStart", err)
 	}
 	if st, _ := b.Status(ctx, h); st != backend.StateRunning {
@@ -599,15 +599,7 @@ func testPause(t *testing.T, f Factory, b backend.Backend) {
 func testRecover(t *testing.T, f Factory, b backend.Backend) {
 	s := Start(t, f, b, nil)
 	s.Sh(t, "", "echo kept > /home/user/state")
-	h := s.H
-	if hb, ok := b.(interface {
-		Handle(string) (backend.Handle, error)
-	}); ok {
-		var err error
-		if h, err = hb.Handle(h.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h := s.H // the handle Start returned: what a daemon stores
 	// A second backend instance stands in for a restarted daemon.
 	b2 := f.New(t)
 	if err := b2.Recover(context.Background(), h); err != nil {
@@ -639,7 +631,7 @@ func testTeardown(t *testing.T, f Factory, b backend.Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(ctx, h); err != nil {
+	if h, err = b.Start(ctx, h); err != nil {
 		b.Delete(ctx, h)
 		t.Fatal(err)
 	}

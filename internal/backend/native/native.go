@@ -369,16 +369,24 @@ func (b *Backend) forget(bx *box) {
 }
 
 // Start implements backend.Backend.
-func (b *Backend) Start(ctx context.Context, h backend.Handle) (err error) {
+func (b *Backend) Start(ctx context.Context, h backend.Handle) (backend.Handle, error) {
 	bx, err := b.lookup(h)
 	if err != nil {
-		return err
+		return h, err
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	if bx.started {
-		return fmt.Errorf("%s: %w", bx.id, backend.ErrAlreadyStart)
+		return h, fmt.Errorf("%s: %w", bx.id, backend.ErrAlreadyStart)
 	}
+	if err := b.start(ctx, bx); err != nil {
+		return h, err
+	}
+	return b.handle(bx), nil
+}
+
+// start boots bx; the caller holds bx.mu.
+func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	bx.started = true
 	spec := bx.spec
 	st := &bx.state
@@ -588,17 +596,6 @@ func (b *Backend) saveState(bx *box) {
 	if os.WriteFile(tmp, raw, 0o600) == nil {
 		os.Rename(tmp, filepath.Join(bx.state.Dir, "handle.json"))
 	}
-}
-
-// Handle returns the current handle of a sandbox (with its pid once started).
-func (b *Backend) Handle(id string) (backend.Handle, error) {
-	bx, err := b.lookup(backend.Handle{ID: id})
-	if err != nil {
-		return backend.Handle{}, err
-	}
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	return b.handle(bx), nil
 }
 
 // group returns the sandbox's cgroup, loading it after a recovery.
