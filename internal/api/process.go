@@ -287,11 +287,11 @@ func selector(pid uint32) *processpb.ProcessSelector {
 // agentFor checks access to the sandbox and returns its agent client; the
 // sandbox must be running (409 otherwise).
 func (s *Server) agentFor(r *http.Request) (*agentclient.Client, error) {
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return nil, err
 	}
-	return s.mgr.Agent(r.Context(), id)
+	return s.mgr.AgentFor(sb)
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {

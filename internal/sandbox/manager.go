@@ -595,6 +595,12 @@ func (m *Manager) handle(ctx context.Context, id string, want State) (backend.Ha
 	if err != nil {
 		return backend.Handle{}, err
 	}
+	return m.handleOf(sb, want)
+}
+
+// handleOf returns the live handle of sb if it is in state want.
+func (m *Manager) handleOf(sb store.Sandbox, want State) (backend.Handle, error) {
+	id := sb.ID
 	if State(sb.State) != want {
 		return backend.Handle{}, &StateError{ID: id, State: State(sb.State), Want: string(want)}
 	}
@@ -625,7 +631,18 @@ func (m *Manager) Usage(ctx context.Context, id string) (backend.Usage, error) {
 // Agent returns the client of a running sandbox's agent. Clients are shared
 // and live as long as the sandbox.
 func (m *Manager) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
-	h, err := m.handle(ctx, id, StateRunning)
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.AgentFor(sb)
+}
+
+// AgentFor is Agent for a record the caller has just read (the API reads it
+// for the ownership check), so the exec and file paths read the store once.
+func (m *Manager) AgentFor(sb store.Sandbox) (*agentclient.Client, error) {
+	id := sb.ID
+	h, err := m.handleOf(sb, StateRunning)
 	if err != nil {
 		return nil, err
 	}
