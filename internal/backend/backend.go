@@ -117,6 +117,19 @@ type Spec struct {
 	User     string            `json:"user,omitempty"`    // default user for processes and files ("user")
 	Workdir  string            `json:"workdir,omitempty"` // default working directory (the user's home)
 	Limits   Limits            `json:"limits"`
+	// Uppers optionally names, per layer target, an empty host directory that
+	// receives that target's writable layer instead of the backend's own
+	// scratch space. Template builds use it to capture what a step wrote, in
+	// overlayfs form (whiteouts as 0/0 character devices, opaque directories
+	// marked with the user.overlay.opaque xattr), owned by in-sandbox ids.
+	// Backends without Capabilities.CaptureUpper refuse a spec that sets it.
+	Uppers map[string]string `json:"uppers,omitempty"`
+	// RootCaps are capabilities that root processes in the sandbox keep,
+	// within the sandbox's user namespace (names such as "CAP_CHOWN").
+	// Empty, the default, means none: sandbox root owns root's files but
+	// overrides nothing. Template builds keep a small set so package
+	// managers can chown and switch users, as in a rootless image build.
+	RootCaps []string `json:"root_caps,omitempty"`
 }
 
 // Validate checks the parts of a spec every backend relies on.
@@ -140,6 +153,15 @@ func (s *Spec) Validate() error {
 	}
 	if !root {
 		return fmt.Errorf("%w: no root layer", ErrInvalidSpec)
+	}
+	for t, p := range s.Uppers {
+		found := false
+		for _, l := range s.Layers {
+			found = found || l.Target == t
+		}
+		if !found || p == "" || p[0] != '/' {
+			return fmt.Errorf("%w: upper %q -> %q must name a layer target and an absolute path", ErrInvalidSpec, p, t)
+		}
 	}
 	l := s.Limits
 	if l.CPUMillis < 0 || l.MemoryBytes < 0 || l.DiskBytes < 0 || l.Pids < 0 || l.OpenFiles < 0 {
@@ -193,6 +215,7 @@ type Capabilities struct {
 	GPU            bool   `json:"gpu"`
 	NeedsRoot      bool   `json:"needs_root"`
 	NeedsKVM       bool   `json:"needs_kvm"`
+	CaptureUpper   bool   `json:"capture_upper"` // honours Spec.Uppers (template builds)
 }
 
 // Backend boots and stops sandboxes. Exec and files never go through it: they

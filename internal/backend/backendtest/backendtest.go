@@ -114,6 +114,8 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Background", func(t *testing.T) { testBackground(t, f, b) })
 	t.Run("PTY", func(t *testing.T) { testPTY(t, f, b) })
 	t.Run("Files", func(t *testing.T) { testFiles(t, f, b) })
+	t.Run("Overlay", func(t *testing.T) { testOverlay(t, f, b) })
+	t.Run("CaptureUpper", func(t *testing.T) { testCaptureUpper(t, f, b) })
 	t.Run("Watch", func(t *testing.T) { testWatch(t, f, b) })
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, f, b) })
 	t.Run("Probes", func(t *testing.T) { testProbes(t, f, b) })

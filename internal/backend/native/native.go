@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +29,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agent"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
+	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
 	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
 )
@@ -265,7 +268,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "namespaces", Pause: true, NeedsRoot: true}
+	return backend.Capabilities{Isolation: "namespaces", Pause: true, NeedsRoot: true, CaptureUpper: true}
 }
 
 func (b *Backend) handle(bx *box) backend.Handle {
@@ -292,6 +295,14 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 	for _, l := range spec.Layers {
 		if st, err := os.Stat(l.Path); err != nil || !st.IsDir() {
 			return h, fmt.Errorf("%w: layer %s is not a directory", backend.ErrInvalidSpec, l.Path)
+		}
+	}
+	if _, err := caps.ByName(spec.RootCaps); err != nil {
+		return h, fmt.Errorf("%w: %w", backend.ErrInvalidSpec, err)
+	}
+	for _, p := range spec.Uppers {
+		if st, err := os.Lstat(p); err != nil || !st.IsDir() {
+			return h, fmt.Errorf("%w: upper %s is not a directory", backend.ErrInvalidSpec, p)
 		}
 	}
 	b.mu.Lock()
@@ -477,6 +488,21 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	for i, l := range spec.Layers {
 		layers[i] = nsinit.Layer{Target: l.Target, Fd: i}
 	}
+	// Captured writable layers (template builds): writable idmapped mounts,
+	// so what the sandbox writes lands on disk with in-sandbox ids.
+	var uppers []nsinit.Layer
+	for _, t := range slices.Sorted(maps.Keys(spec.Uppers)) {
+		fd, err := idmappedTree(pid, spec.Uppers[t], false)
+		if err != nil {
+			return err
+		}
+		uppers = append(uppers, nsinit.Layer{Target: t, Fd: len(fds)})
+		fds = append(fds, fd)
+	}
+	rootCaps, err := caps.ByName(spec.RootCaps)
+	if err != nil {
+		return err
+	}
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = spec.ID
@@ -485,6 +511,8 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 		Hostname:  hostname,
 		StageDir:  filepath.Join(st.Dir, "stage"),
 		Layers:    layers,
+		Uppers:    uppers,
+		RootCaps:  rootCaps,
 		DiskBytes: spec.Limits.DiskBytes,
 		TmpBytes:  spec.Limits.DiskBytes,
 		ShmBytes:  min(spec.Limits.MemoryBytes/2, 64<<20),
@@ -545,27 +573,41 @@ func exitStatusOf(ps *os.ProcessState, err error) backend.ExitStatus {
 // idmappedLayers returns detached, read-only, idmapped clones of each layer's
 // directory, mapped through the sandbox's user namespace.
 func idmappedLayers(pid int, layers []backend.Layer) ([]int, error) {
-	nsfd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
-	}
-	defer unix.Close(nsfd)
 	var fds []int
 	for _, l := range layers {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, l.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		fd, err := idmappedTree(pid, l.Path, true)
 		if err != nil {
-			return fds, fmt.Errorf("clone layer %s: %w", l.Path, err)
+			return fds, err
 		}
 		fds = append(fds, fd)
-		attr := &unix.MountAttr{
-			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-			Userns_fd: uint64(nsfd),
-		}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
-			return fds, fmt.Errorf("idmap layer %s: %w", l.Path, err)
-		}
 	}
 	return fds, nil
+}
+
+// idmappedTree returns a detached clone of the mount tree at path, idmapped
+// through the user namespace of pid, nosuid and nodev, read-only if asked.
+func idmappedTree(pid int, path string, readonly bool) (int, error) {
+	nsfd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(nsfd)
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", path, err)
+	}
+	attr := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(nsfd),
+	}
+	if readonly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("idmap %s: %w", path, err)
+	}
+	return fd, nil
 }
 
 // procStartTime reads field 22 of /proc/<pid>/stat; an exited (zombie)

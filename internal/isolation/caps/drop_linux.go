@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -98,7 +99,12 @@ func ClearInheritableAmbient() error {
 // this thread and exec'd end up with no capabilities at all, even as uid 0,
 // while the rest of the process keeps its own. It costs a few syscalls on one
 // thread, where DropBounding stops every thread once per capability.
-func DropThread() error {
+func DropThread() error { return DropThreadExcept(nil) }
+
+// DropThreadExcept is DropThread keeping the capabilities in keep (numbers,
+// see ByName) in the bounding set, so root processes exec'd from the thread
+// hold exactly those (within their user namespace) and nobody else any.
+func DropThreadExcept(keep []int) error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("caps: clear ambient set: %w", err)
 	}
@@ -116,6 +122,9 @@ func DropThread() error {
 		return err
 	}
 	for c := 0; c <= last; c++ {
+		if slices.Contains(keep, c) {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("caps: drop capability %d from the bounding set: %w", c, err)
 		}

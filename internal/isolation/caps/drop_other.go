@@ -18,3 +18,6 @@ func ClearInheritableAmbient() error { return fmt.Errorf("caps: %w", errors.ErrU
 
 // DropThread is unsupported off Linux.
 func DropThread() error { return fmt.Errorf("caps: %w", errors.ErrUnsupported) }
+
+// DropThreadExcept is unsupported off Linux.
+func DropThreadExcept([]int) error { return fmt.Errorf("caps: %w", errors.ErrUnsupported) }

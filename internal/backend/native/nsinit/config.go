@@ -46,6 +46,8 @@ type Config struct {
 	Hostname  string       `json:"hostname"`
 	StageDir  string       `json:"stage_dir"` // empty host directory to build the root in
 	Layers    []Layer      `json:"layers"`    // top-first per target
+	Uppers    []Layer      `json:"uppers"`    // captured writable layers (builds), by target
+	RootCaps  []int        `json:"root_caps"` // capabilities root processes keep (builds)
 	DiskBytes int64        `json:"disk_bytes"`
 	ShmBytes  int64        `json:"shm_bytes"`
 	TmpBytes  int64        `json:"tmp_bytes"`

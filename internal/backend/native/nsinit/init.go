@@ -113,7 +113,7 @@ func lockdown(cfg Config) error {
 				slog.Warn("landlock not enforced", "err", err)
 			}
 		}
-		if err := caps.DropThread(); err != nil {
+		if err := caps.DropThreadExcept(cfg.RootCaps); err != nil {
 			return err
 		}
 		return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -183,8 +183,28 @@ func buildRoot(cfg Config, fds []int) error {
 	if err := os.Mkdir("root", 0o755); err != nil {
 		return fmt.Errorf("root dir: %w", err)
 	}
+	// Captured uppers (builds): writable host directories, attached as c<i>,
+	// with the upper and work dirs inside them instead of on the tmpfs.
+	captured := map[string]string{}
+	for i, u := range cfg.Uppers {
+		if u.Fd < 0 || u.Fd >= len(fds) {
+			return fmt.Errorf("upper %d: bad fd index", i)
+		}
+		name := "c" + strconv.Itoa(i)
+		if err := os.Mkdir(name, 0o700); err != nil {
+			return fmt.Errorf("upper dir: %w", err)
+		}
+		if err := unix.MoveMount(fds[u.Fd], "", unix.AT_FDCWD, name, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach upper %d: %w", i, err)
+		}
+		unix.Close(fds[u.Fd])
+		captured[filepath.Clean(u.Target)] = name
+	}
 	for i, t := range ordered {
 		up, work := "u"+strconv.Itoa(i), "w"+strconv.Itoa(i)
+		if c, ok := captured[t]; ok {
+			up, work = c+"/upper", c+"/work"
+		}
 		if err := os.Mkdir(up, 0o755); err != nil {
 			return fmt.Errorf("upper dir: %w", err)
 		}
@@ -199,7 +219,10 @@ func buildRoot(cfg Config, fds []int) error {
 			}
 		}
 		// Relative layer paths keep host paths out of the sandbox's mountinfo.
-		data := "lowerdir=" + strings.Join(byTarget[t], ":") + ",upperdir=" + up + ",workdir=" + work
+		// userxattr: overlay metadata (opaque dirs, in layers and in the
+		// upper) lives in user.overlay.*, the namespace a user namespace
+		// may use; template layers are stored in that form.
+		data := "lowerdir=" + strings.Join(byTarget[t], ":") + ",upperdir=" + up + ",workdir=" + work + ",userxattr"
 		if err := unix.Mount("overlay", dst, "overlay", unix.MS_NODEV, data); err != nil {
 			return fmt.Errorf("mount overlay at %s: %w", t, err)
 		}
