@@ -2,10 +2,11 @@
 # Installs what Warden needs on a fresh Debian 12 machine (as root): the
 # userland the `base` template exposes to sandboxes (bash, coreutils,
 # python3, node, git) and the tools the tests and benchmarks use (bubblewrap
-# as a baseline, util-linux for unshare). Idempotent: skips what is there.
+# as a baseline, util-linux for unshare, debootstrap for the Debian image
+# test). Idempotent: skips what is there.
 set -euo pipefail
 need=()
-for pair in python3:python3 git:git bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux; do
+for pair in python3:python3 git:git bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux debootstrap:debootstrap tar:tar; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done

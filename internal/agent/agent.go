@@ -10,6 +10,7 @@
 //	POST /files?path=      write a file atomically (octet-stream or multipart)
 //	GET  /tar?path=        a directory as a tar stream
 //	POST /tar?path=        extract a tar stream safely under path
+//	GET  /port?port=       204 when a TCP port inside the sandbox accepts connections (ready checks)
 //	POST /execute          run code in an interpreter context (NDJSON events)
 //	GET|POST /contexts     list or create interpreter contexts
 //	POST /contexts/{id}/restart, POST /contexts/{id}/interrupt, DELETE /contexts/{id}
@@ -26,6 +27,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -99,10 +101,33 @@ func (a *Agent) Handler() http.Handler {
 		json.NewEncoder(w).Encode(a.Env())
 	})
 	mux.HandleFunc("POST /init", a.serveInit)
+	mux.HandleFunc("GET /port", servePort)
 	mux.HandleFunc("/files", a.files.ServeFiles)
 	mux.HandleFunc("/tar", a.files.ServeTar)
 	a.code.Register(mux)
 	return mux
+}
+
+// servePort answers whether a TCP port on the sandbox's loopback accepts
+// connections, for template ready checks: 204 if so, 503 with the error if
+// not, 400 for a bad port.
+func servePort(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.URL.Query().Get("port"))
+	if err != nil || port < 1 || port > 65535 {
+		http.Error(w, "port must be 1 to 65535", http.StatusBadRequest)
+		return
+	}
+	var last error
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), time.Second)
+		if err == nil {
+			c.Close()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		last = err
+	}
+	http.Error(w, last.Error(), http.StatusServiceUnavailable)
 }
 
 // initRequest is the body of POST /init (field names as E2B's envd).

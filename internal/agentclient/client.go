@@ -281,6 +281,18 @@ func (c *Client) Upload(ctx context.Context, path, user string, r io.Reader) err
 	return nil
 }
 
+// CheckPort reports whether TCP port accepts connections on the sandbox's
+// loopback (nil if so).
+func (c *Client) CheckPort(ctx context.Context, port int) error {
+	resp, err := c.do(ctx, http.MethodGet, "/port", url.Values{"port": {strconv.Itoa(port)}}, "", nil, nil)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
+}
+
 // Init adds env to the sandbox-wide environment (POST /init).
 func (c *Client) Init(ctx context.Context, env map[string]string) error {
 	body, err := json.Marshal(map[string]any{"envVars": env})

@@ -51,8 +51,10 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/template"
 )
 
 // Limits of request bodies and parameters.
@@ -98,6 +100,11 @@ type Config struct {
 	// /metrics serves. When nil the Server makes its own, with the Go
 	// runtime and process collectors.
 	Metrics *prometheus.Registry
+	// Templates is the template store (list, inspect, import, remove,
+	// GC); Builder builds Dockerfiles into it. Either may be nil, and the
+	// routes that need it answer 503.
+	Templates *template.Store
+	Builder   *build.Builder
 }
 
 // Server serves the Warden HTTP API.
@@ -245,6 +252,14 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/keys", action: "key.create", scope: auth.ScopeAdmin, audited: true, h: s.createKey},
 		{pattern: "GET /v1/keys", action: "key.list", scope: auth.ScopeAdmin, h: s.listKeys},
 		{pattern: "DELETE /v1/keys/{id}", action: "key.revoke", scope: auth.ScopeAdmin, audited: true, h: s.revokeKey},
+
+		{pattern: "GET /v1/templates", action: "template.list", scope: auth.ScopeTemplatesRead, h: s.listTemplates},
+		{pattern: "GET /v1/templates/{name...}", action: "template.get", scope: auth.ScopeTemplatesRead, h: s.getTemplate},
+		{pattern: "DELETE /v1/templates/{name...}", action: "template.delete", scope: auth.ScopeTemplatesWrite, audited: true, h: s.deleteTemplate},
+		{pattern: "POST /v1/templates/build", action: "template.build", scope: auth.ScopeTemplatesWrite, audited: true, h: s.buildTemplate},
+		{pattern: "POST /v1/templates/import", action: "template.import", scope: auth.ScopeTemplatesWrite, audited: true, h: s.importTemplate},
+		{pattern: "GET /v1/template-store/usage", action: "template.usage", scope: auth.ScopeTemplatesRead, h: s.templateUsage},
+		{pattern: "POST /v1/template-store/gc", action: "template.gc", scope: auth.ScopeTemplatesWrite, audited: true, h: s.templateGC},
 
 		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, h: s.listAudit},
 		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, h: s.verifyAudit},

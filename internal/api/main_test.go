@@ -113,7 +113,7 @@ func setup(dir string) error {
 	if err != nil {
 		return err
 	}
-	env.mgr = sandbox.New(sandbox.Config{}, st, b, template.NewRegistry(filepath.Join(dir, "templates")), log)
+	env.mgr = sandbox.New(sandbox.Config{}, st, b, mustStore(filepath.Join(dir, "templates")), log)
 	env.srv, err = New(Config{
 		Manager: env.mgr, Store: st, Auth: env.auth, Audit: env.audit, Logger: log,
 		PresignKey: []byte("test presign key"), Version: "test",
@@ -221,4 +221,12 @@ func apiErr(t *testing.T, err error, status int, code string) {
 	if e.RequestID == "" {
 		t.Errorf("error %v carries no request ID", err)
 	}
+}
+
+func mustStore(root string) *template.Store {
+	s, err := template.OpenStore(root)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

@@ -21,12 +21,15 @@ const (
 	ScopeFilesWrite   Scope = "files:write"
 	ScopeKeysManage   Scope = "keys:manage"
 	ScopeAuditRead    Scope = "audit:read"
-	ScopeAdmin        Scope = "admin"
+	// Templates are shared by every principal of the daemon.
+	ScopeTemplatesRead  Scope = "templates:read"
+	ScopeTemplatesWrite Scope = "templates:write"
+	ScopeAdmin          Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
-	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeAdmin,
+	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeAdmin,
 }
 
 // AllScopes returns every defined scope, in documentation order.

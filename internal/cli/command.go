@@ -120,6 +120,11 @@ func (f *flagSet) Int(p *int, name, arg, usage string, aliases ...string) {
 }
 
 // Bool registers a boolean flag; *p's current value is the default.
+// Int64 registers an int64 flag; *p's current value is the default.
+func (f *flagSet) Int64(p *int64, name, arg, usage string, aliases ...string) {
+	f.add((*int64Value)(p), name, arg, usage, aliases)
+}
+
 func (f *flagSet) Bool(p *bool, name, usage string, aliases ...string) {
 	f.add((*boolValue)(p), name, "", usage, aliases)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // allowedDeps are the only packages outside the standard library that the warden command
-// may link: the SDK and what it needs, and the terminal package. Everything reaches the
+// may link: the SDK and what it needs, the terminal package and the progress bar. Everything reaches the
 // daemon through the SDK; the daemon's packages (the store, the backends, cgroups,
 // seccomp ...) must never end up in the CLI.
 var allowedDeps = []string{
@@ -16,6 +16,11 @@ var allowedDeps = []string{
 	"github.com/coder/websocket",
 	"golang.org/x/term",
 	"golang.org/x/sys/",
+	// The progress bars of template builds and imports (issue 5 asks for a maintained
+	// progress library) and their two small dependencies.
+	"github.com/schollz/progressbar/v3",
+	"github.com/mitchellh/colorstring",
+	"github.com/rivo/uniseg",
 }
 
 // TestDeps lists the transitive imports of the CLI (as tailscale's deptest does) for each

@@ -166,6 +166,7 @@ func newRoot() *command {
 			"principals and the audit log.",
 		subs: []*command{
 			sandboxCmd(),
+			templateCmd(),
 			execCmd(),
 			runCmd(),
 			contextsCmd(),

@@ -23,6 +23,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend/native"
+	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/e2b"
 	"github.com/warden-sandbox/warden/internal/sandbox"
@@ -86,9 +87,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err != nil {
 		return err
 	}
-	tmpl := template.NewRegistry(filepath.Join(cfg.StateDir, TemplatesDir))
-	if _, err := tmpl.Get(template.BaseName); err != nil {
-		return fmt.Errorf("prepare base template: %w", err)
+	tmpl, err := template.OpenStore(filepath.Join(cfg.StateDir, TemplatesDir))
+	if err != nil {
+		return fmt.Errorf("open template store: %w", err)
 	}
 	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
 		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
@@ -100,6 +101,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		Manager: mgr, Store: st, Auth: auth.New(st), Audit: alog, Logger: log,
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
+		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b},
 	})
 	if err != nil {
 		return err

@@ -101,7 +101,7 @@ func setup(dir string) error {
 	if err != nil {
 		return err
 	}
-	env.mgr = sandbox.New(sandbox.Config{}, st, b, template.NewRegistry(filepath.Join(dir, "templates")), log)
+	env.mgr = sandbox.New(sandbox.Config{}, st, b, mustStore(filepath.Join(dir, "templates")), log)
 	env.srv, err = New(Config{Manager: env.mgr, Auth: authn, Audit: env.audit, Logger: log,
 		TokenKey: []byte("test e2b token key, 32 bytes...")})
 	if err != nil {
@@ -231,4 +231,12 @@ func auditActions(t *testing.T, target string) []store.AuditEvent {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+func mustStore(root string) *template.Store {
+	s, err := template.OpenStore(root)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

@@ -180,6 +180,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := m.validate(&req); err != nil {
 		return store.Sandbox{}, err
 	}
+	// Hold off template garbage collection until the sandbox's record
+	// (with its template id) is stored: from then on GC sees it in use.
+	release := func() {}
+	if p, ok := m.tmpl.(interface{ Pin() func() }); ok {
+		var once sync.Once
+		unpin := p.Pin()
+		release = func() { once.Do(unpin) }
+	}
+	defer release()
 	tm, err := m.tmpl.Get(req.Template)
 	if errors.Is(err, template.ErrUnknown) {
 		return store.Sandbox{}, fmt.Errorf("%w: %q", ErrUnknownTemplate, req.Template)
@@ -222,10 +231,21 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if req.Workdir != "" {
 		spec.Workdir = req.Workdir
 	}
-	spec.Limits = backend.Limits{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryMB << 20, DiskBytes: req.DiskMB << 20}.WithDefaults()
+	spec.Limits = backend.Limits{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryMB << 20, DiskBytes: req.DiskMB << 20}
+	// The template's resource defaults fill what the request leaves out.
+	if spec.Limits.CPUMillis == 0 {
+		spec.Limits.CPUMillis = tm.Limits.CPUMillis
+	}
+	if spec.Limits.MemoryBytes == 0 {
+		spec.Limits.MemoryBytes = tm.Limits.MemoryBytes
+	}
+	if spec.Limits.DiskBytes == 0 {
+		spec.Limits.DiskBytes = tm.Limits.DiskBytes
+	}
+	spec.Limits = spec.Limits.WithDefaults()
 	now := time.Now().UTC()
 	sb := store.Sandbox{
-		ID: id, Template: req.Template, State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: req.Template, TemplateID: tm.ID, State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
 		CreatedAt: now, ExpiresAt: now.Add(req.Timeout),
@@ -233,6 +253,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
+	release()
 	// Boot even if the caller goes away: the record must end in a real state.
 	bctx := context.WithoutCancel(ctx)
 	h, err := m.b.Create(bctx, spec)
@@ -250,6 +271,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		m.finish(bctx, id, StateFailed, "start failed: "+err.Error())
 		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
+	}
+	if tm.Start != nil {
+		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
+		m.mu.Lock()
+		m.clients[id] = c
+		m.mu.Unlock()
+		if err := runStart(ctx, c, tm.Start); err != nil {
+			m.b.Delete(bctx, h)
+			m.dropHandle(id)
+			m.finish(bctx, id, StateFailed, err.Error())
+			return store.Sandbox{}, err
+		}
 	}
 	raw, _ := json.Marshal(h)
 	sb, err = m.st.UpdateSandbox(bctx, id, func(s *store.Sandbox) error {
@@ -335,7 +368,7 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, h backend.
 	tm, _ := m.tmpl.Get(template.BaseName)
 	id := NewID()
 	sb := store.Sandbox{
-		ID: id, Template: template.BaseName, State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: template.BaseName, TemplateID: tm.ID, State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
 		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
@@ -771,5 +804,26 @@ func (m *Manager) Shutdown() {
 	for id, c := range m.clients {
 		c.Close()
 		delete(m.clients, id)
+	}
+}
+
+// TemplatesInUse returns the template ids of every sandbox that is not
+// terminal: their layers may be mounted, so template garbage collection
+// keeps them.
+func (m *Manager) TemplatesInUse(ctx context.Context) (map[string]bool, error) {
+	ids := map[string]bool{}
+	f := store.SandboxFilter{States: []string{string(StateStarting), string(StateRunning), string(StatePaused), string(StateStopping)}, Limit: store.MaxPageSize}
+	for {
+		page, next, err := m.st.ListSandboxes(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		for _, sb := range page {
+			ids[sb.TemplateID] = true
+		}
+		if next == "" {
+			return ids, nil
+		}
+		f.PageToken = next
 	}
 }

@@ -125,11 +125,12 @@ type Store interface {
 // Sandbox is the stored form of a sandbox. State is opaque to the store;
 // internal/sandbox owns the state machine.
 type Sandbox struct {
-	ID       string
-	Template string
-	State    string
-	Owner    string // principal ID
-	Backend  string
+	ID         string
+	Template   string
+	TemplateID string // content id of the template version it booted from
+	State      string
+	Owner      string // principal ID
+	Backend    string
 
 	CPUMillis int64
 	MemoryMB  int64

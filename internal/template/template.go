@@ -1,6 +1,6 @@
 // Package template provides the sandbox templates Warden boots from.
 //
-// The only template today is "base": a read-only root filesystem assembled
+// The built-in template is "base": a read-only root filesystem assembled
 // from the host's own userland, so it needs no download. It is two layers:
 //
 //   - a small generated tree, <root>/base/<version>/rootfs, mounted at "/". It
@@ -33,7 +33,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -67,12 +66,15 @@ const (
 
 // Template is a template ready to boot sandboxes from.
 type Template struct {
-	Name    string            // "base"
-	Version string            // identifies the built tree, e.g. "v1-3fa2c0d1e9ab"
+	Name    string            // "base", "python:3.12"
+	Version string            // identifies the built tree, e.g. "v1-3fa2c0d1e9ab", or the manifest id
+	ID      string            // content id sandboxes record ("base:<version>" or "sha256:...")
 	Layers  []backend.Layer   // top-first per target
 	Env     map[string]string // PATH and LANG; HOME is set per user by the agent
 	User    string            // default user, "user"
 	Workdir string            // default working directory, "/home/user"
+	Start   *Start            // start command and ready check, or nil
+	Limits  backend.Limits    // resource defaults; zero fields take the daemon's
 }
 
 // Spec returns a sandbox spec with id that boots from t: its layers,
@@ -117,6 +119,7 @@ func baseTemplate(dir, version string) *Template {
 	return &Template{
 		Name:    BaseName,
 		Version: version,
+		ID:      "base:" + version,
 		Layers: []backend.Layer{
 			{Target: "/", Path: filepath.Join(dir, rootfsName)},
 			{Target: "/usr", Path: hostUsr},
@@ -248,34 +251,6 @@ func syncDir(path string) error {
 		return fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return nil
-}
-
-// Registry resolves template names for the daemon. Today it knows the
-// built-in `base` template, built on first use under its root.
-type Registry struct {
-	root string
-	mu   sync.Mutex
-	base *Template
-}
-
-// NewRegistry returns a registry keeping templates under root.
-func NewRegistry(root string) *Registry { return &Registry{root: root} }
-
-// Get returns the template called name.
-func (r *Registry) Get(name string) (*Template, error) {
-	if name != BaseName {
-		return nil, fmt.Errorf("template %q: %w", name, ErrUnknown)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.base == nil {
-		t, err := EnsureBase(r.root)
-		if err != nil {
-			return nil, err
-		}
-		r.base = t
-	}
-	return r.base, nil
 }
 
 // ErrUnknown is returned for a template name the registry does not know.

@@ -78,6 +78,67 @@ await sbx.kill()
 console.log('AFTER_KILL_RUNNING', await sbx.isRunning())
 `
 
+// moreScript drives the rest of the SDK surface: output callbacks, stdin,
+// wait, list and connect for background commands, a PTY, and the files API.
+const moreScript = `
+import { Sandbox, FilesystemEventType } from 'e2b'
+
+const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+const out = [], errs = []
+const r = await sbx.commands.run('echo one; echo two >&2; echo three', { onStdout: d => out.push(d), onStderr: d => errs.push(d) })
+console.log('CALLBACKS', JSON.stringify(out.join('')), JSON.stringify(errs.join('')), r.exitCode)
+
+const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+await cat.sendStdin('fed via stdin\n')
+await sbx.commands.closeStdin(cat.pid)
+const catRes = await cat.wait()
+console.log('STDIN', JSON.stringify(catRes.stdout), catRes.exitCode)
+
+const sleeper = await sbx.commands.run('sleep 30', { background: true })
+const procs = await sbx.commands.list()
+console.log('CMDLIST', procs.some(p => p.pid === sleeper.pid && p.args.join(' ').includes('sleep 30')))
+const ticker = await sbx.commands.run('for i in 1 2 3; do echo tick$i; sleep 0.2; done', { background: true })
+const attached = await sbx.commands.connect(ticker.pid)
+const tickRes = await attached.wait()
+console.log('CONNECT', tickRes.exitCode, tickRes.stdout.includes('tick3'))
+await sleeper.kill()
+try { await sleeper.wait(); console.log('KILLWAIT no error') } catch (e) { console.log('KILLWAIT', e.constructor.name) }
+
+let ptyOut = ''
+const dec = new TextDecoder()
+const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: d => { ptyOut += dec.decode(d) } })
+await sbx.pty.resize(pty.pid, { cols: 132, rows: 40 })
+await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('stty size; echo tty=$(tty | cut -c1-8)\nexit 0\n'))
+const ptyRes = await pty.wait()
+console.log('PTY', ptyRes.exitCode, ptyOut.includes('40 132'), ptyOut.includes('tty=/dev/pts'))
+
+const events = []
+const watcher = await sbx.files.watchDir('/home/user/watched', e => events.push(e.type + ':' + e.name), { recursive: false }).catch(async () => {
+  await sbx.files.makeDir('/home/user/watched')
+  return sbx.files.watchDir('/home/user/watched', e => events.push(e.type + ':' + e.name))
+})
+console.log('MKDIR', await sbx.files.makeDir('/home/user/dir/sub'), await sbx.files.makeDir('/home/user/dir/sub'))
+const infos = await sbx.files.write([
+  { path: '/home/user/dir/a.txt', data: 'A' },
+  { path: '/home/user/dir/b.bin', data: new Uint8Array([0, 1, 2, 255]).buffer },
+  { path: '/home/user/dir/sub/c.txt', data: new Blob(['C']) },
+])
+console.log('WRITEMANY', infos.length)
+const bytes = await sbx.files.read('/home/user/dir/b.bin', { format: 'bytes' })
+console.log('BYTES', Array.from(bytes).join(','))
+const info = await sbx.files.getInfo('/home/user/dir/a.txt')
+console.log('GETINFO', info.name, info.type, info.size)
+const moved = await sbx.files.rename('/home/user/dir/a.txt', '/home/user/dir/renamed.txt')
+console.log('RENAME', moved.name, await sbx.files.exists('/home/user/dir/a.txt'))
+await sbx.files.remove('/home/user/dir/sub')
+console.log('REMOVE', (await sbx.files.list('/home/user/dir')).map(e => e.name).sort().join(','))
+await sbx.files.write('/home/user/watched/new.txt', 'x')
+for (let i = 0; i < 50 && !events.some(e => e.endsWith('new.txt')); i++) await new Promise(r => setTimeout(r, 50))
+await watcher.stop()
+console.log('WATCH', events.some(e => e.endsWith(':new.txt')))
+await sbx.kill()
+`
+
 func TestE2BSDK(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: starts wardend, which needs root (CI runs as root)")
@@ -171,6 +232,24 @@ func TestE2BSDK(t *testing.T) {
 	}
 	for _, want := range []string{`STDOUT "hello from user\n" EXIT 0`, `READ "file content"`, "RUNNING true", `EXITERR CommandExitError 3 "oops\n"`,
 		"INFO true base warden", "LIST a.txt", "EXISTS true false", "UPLOAD 200", `DOWNLOAD "via url"`, "KILLBG true", "LISTED true", "AFTER_KILL_RUNNING false"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	os.WriteFile(filepath.Join(work, "more.mjs"), []byte(moreScript), 0o644)
+	cmd = exec.CommandContext(sctx, node, "more.mjs")
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work,
+		"E2B_API_URL=http://" + e2bAddr, "E2B_SANDBOX_URL=http://" + e2bAddr, "E2B_API_KEY=" + strings.TrimSpace(string(key))}
+	out, err = cmd.CombinedOutput()
+	t.Logf("node more.mjs:\n%s", out)
+	if err != nil {
+		t.Fatalf("the E2B SDK script (commands, pty, files) failed: %v", err)
+	}
+	for _, want := range []string{`CALLBACKS "one\nthree\n" "two\n" 0`, `STDIN "fed via stdin\n" 0`, "CMDLIST true", "CONNECT 0 true",
+		"KILLWAIT CommandExitError", "PTY 0 true true", "MKDIR true false", "WRITEMANY 3", "BYTES 0,1,2,255", "GETINFO a.txt file 1",
+		"RENAME renamed.txt false", "REMOVE b.bin,renamed.txt", "WATCH true"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -62,9 +62,56 @@ func lookup(name string) (*User, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty name", ErrUnknownUser)
 	}
+	// "user:group" (a Dockerfile USER): the user, with group as primary.
+	if u, g, ok := strings.Cut(name, ":"); ok {
+		usr, err := lookup(u)
+		if err != nil {
+			return nil, err
+		}
+		gid, err := strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			if gid, err = groupID(g); err != nil {
+				return nil, err
+			}
+		}
+		c := *usr
+		c.GID, c.Groups = uint32(gid), []uint32{uint32(gid)}
+		return &c, nil
+	}
+	u, err := lookupPasswd(name)
+	if err == nil {
+		return u, nil
+	}
+	// Images without /etc/passwd, or without an entry: root and numeric
+	// ids still work, as in Docker (group 0, home /).
+	if name == "root" {
+		return &User{Name: "root", Home: "/root", Shell: "/bin/sh", Groups: []uint32{0}}, nil
+	}
+	if uid, perr := strconv.ParseUint(name, 10, 32); perr == nil {
+		return &User{Name: name, UID: uint32(uid), Home: "/", Shell: "/bin/sh", Groups: []uint32{0}}, nil
+	}
+	return nil, err
+}
+
+// groupID finds a group by name in /etc/group.
+func groupID(name string) (uint64, error) {
+	b, err := os.ReadFile(GroupFile)
+	if err != nil {
+		return 0, fmt.Errorf("%w: group %q: %w", ErrUnknownUser, name, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		fs := strings.Split(line, ":")
+		if len(fs) >= 3 && fs[0] == name {
+			return strconv.ParseUint(fs[2], 10, 32)
+		}
+	}
+	return 0, fmt.Errorf("%w: group %q", ErrUnknownUser, name)
+}
+
+func lookupPasswd(name string) (*User, error) {
 	f, err := os.Open(PasswdFile)
 	if err != nil {
-		return nil, fmt.Errorf("read passwd: %w", err)
+		return nil, fmt.Errorf("%w: %q: read passwd: %w", ErrUnknownUser, name, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)

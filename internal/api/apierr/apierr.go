@@ -33,6 +33,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
@@ -189,6 +190,14 @@ func From(err error) *Error {
 		return Wrap(CodeValidationFailed, fromSentinel(err, sandbox.ErrUnknownTemplate.Error()), err)
 	case errors.Is(err, sandbox.ErrInvalid):
 		return Wrap(CodeValidationFailed, publicTail(err, "invalid request"), err)
+	case errors.Is(err, sandbox.ErrNotReady):
+		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNotReady.Error()), err)
+	case errors.Is(err, build.ErrBuild):
+		return Wrap(CodeValidationFailed, fromFirst(err, build.ErrBuild.Error()), err)
+	case errors.Is(err, template.ErrInvalidName):
+		return Wrap(CodeValidationFailed, fromFirst(err, template.ErrInvalidName.Error()), err)
+	case errors.Is(err, template.ErrBuiltin):
+		return Wrap(CodeConflict, fromFirst(err, template.ErrBuiltin.Error()), err)
 	case errors.Is(err, sandbox.ErrCapacity):
 		return Wrap(CodeUnavailable, "no capacity for another sandbox; try again later", err)
 	case errors.Is(err, backend.ErrUnsupported):
@@ -234,6 +243,16 @@ func publicTail(err error, def string) string {
 		return msg[i+len(def)+2:]
 	}
 	return def
+}
+
+// fromFirst returns err's message from the first occurrence of the
+// sentinel's text on, for messages that may quote output containing it.
+func fromFirst(err error, sentinel string) string {
+	msg := err.Error()
+	if i := strings.Index(msg, sentinel); i >= 0 {
+		return msg[i:]
+	}
+	return sentinel
 }
 
 // fromSentinel returns err's message from the sentinel's text on

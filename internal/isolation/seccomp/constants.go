@@ -43,6 +43,7 @@ var symbols = map[string]uint64{
 	"IPPROTO_ICMPV6": 58,
 	"IPPROTO_MPTCP":  262,
 	"NETLINK_ROUTE":  0,
+	"NETLINK_AUDIT":  9,
 
 	// personality(2) values (linux/personality.h).
 	"PER_LINUX":         0,
@@ -79,4 +80,6 @@ var errnoNames = map[string]uint32{
 	"EACCES": 13,
 	"EINVAL": 22,
 	"ENOSYS": 38,
+	// Answers that make programs carry on without a feature.
+	"EPROTONOSUPPORT": 93,
 }

@@ -248,7 +248,7 @@ var denials = []denial{
 	{"socket_inet_raw_cloexec", unix.EPERM, baseOK, socketProbe(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)},
 	{"socket_inet6_raw", unix.EPERM, baseOK, socketProbe(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6)},
 	{"socket_inet_sock_packet", unix.EPERM, baseOK, socketProbe(unix.AF_INET, sockPacket, ethPAll)},
-	{"socket_netlink_audit", unix.EPERM, baseOK, socketProbe(unix.AF_NETLINK, unix.SOCK_RAW, netlinkAud)},
+	{"socket_netlink_audit", unix.EPROTONOSUPPORT, baseOK, socketProbe(unix.AF_NETLINK, unix.SOCK_RAW, netlinkAud)},
 	{"socket_netlink_uevent", unix.EPERM, baseOK, socketProbe(unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT)},
 	{"socket_sctp", unix.EPERM, baseAny, socketProbe(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP)},
 	{"socket_vsock", unix.EPERM, baseAny, socketProbe(unix.AF_VSOCK, unix.SOCK_STREAM, 0)},

@@ -234,6 +234,7 @@ func sandboxArgs(sb store.Sandbox) ([]any, string, error) {
 		sb.ID, sb.Template, sb.State, sb.Owner, sb.Backend, sb.CPUMillis, sb.MemoryMB, sb.DiskMB,
 		env, meta, sb.User, sb.Workdir,
 		nanos(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.ExpiresAt), nanos(sb.EndedAt), sb.EndReason, handle,
+		sb.TemplateID,
 	}, meta, nil
 }
 
@@ -255,7 +256,7 @@ func scanSandboxMeta(r scanner, meta *string) (store.Sandbox, error) {
 		handle                           []byte
 	)
 	err := r.Scan(&sb.ID, &sb.Template, &sb.State, &sb.Owner, &sb.Backend, &sb.CPUMillis, &sb.MemoryMB, &sb.DiskMB,
-		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle)
+		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
