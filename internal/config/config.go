@@ -33,6 +33,11 @@ type Config struct {
 	// E2BListen is the TCP address of the E2B-compatible API (control
 	// plane and sandbox traffic on one port; "" disables it).
 	E2BListen string `yaml:"e2b_listen"`
+	// E2BDomain, when set, turns on E2B's host routing: requests to
+	// {port}-{sandboxID}.{E2BDomain} on the E2B listener reach that
+	// sandbox's port (for users with wildcard DNS), and create/connect
+	// responses carry it as "domain".
+	E2BDomain string `yaml:"e2b_domain"`
 	// PublicURL is the base of presigned URLs (default http://<listen>).
 	PublicURL string `yaml:"public_url"`
 	// StateDir holds the database, keys, audit checkpoint and templates.
@@ -101,6 +106,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	runDir := fs.String("run-dir", "", "runtime directory (default /run/warden; env WARDEN_RUN_DIR)")
 	agent := fs.String("agent", "", "warden-agent binary (default: next to wardend; env WARDEN_AGENT)")
 	e2bListen := fs.String("e2b-listen", "", "TCP address of the E2B-compatible API, \"\" (the default) disables it (env WARDEN_E2B_LISTEN)")
+	e2bDomain := fs.String("e2b-domain", "", "domain of E2B host routing ({port}-{id}.DOMAIN); \"\" (the default) routes by headers only (env WARDEN_E2B_DOMAIN)")
 	publicURL := fs.String("public-url", "", "base URL for presigned file URLs (env WARDEN_PUBLIC_URL)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env WARDEN_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
@@ -149,6 +155,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	set(&c.AgentPath, *agent, "WARDEN_AGENT")
 	set(&c.PublicURL, *publicURL, "WARDEN_PUBLIC_URL")
 	set(&c.E2BListen, *e2bListen, "WARDEN_E2B_LISTEN")
+	set(&c.E2BDomain, *e2bDomain, "WARDEN_E2B_DOMAIN")
 	set(&c.LogLevel, *logLevel, "WARDEN_LOG_LEVEL")
 	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
 	set(&c.Landlock, *landlock, "WARDEN_LANDLOCK")
@@ -207,6 +214,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			return fmt.Errorf("config: listen %q: %w", c.Listen, err)
 		}
+	}
+	if c.E2BDomain != "" && (strings.ContainsAny(c.E2BDomain, "/: ") || strings.HasPrefix(c.E2BDomain, ".") || !strings.Contains(c.E2BDomain, ".") && c.E2BDomain != "localhost") {
+		return fmt.Errorf("config: e2b_domain %q is not a domain name", c.E2BDomain)
 	}
 	if c.E2BListen != "" {
 		if _, _, err := net.SplitHostPort(c.E2BListen); err != nil {

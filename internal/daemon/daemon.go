@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		if err == nil {
 			var es *e2b.Server
 			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: auth.New(st), Audit: alog, Logger: log.With("api", "e2b"),
-				TokenKey: tokenKey, MaxTimeout: cfg.MaxTimeout})
+				TokenKey: tokenKey, MaxTimeout: cfg.MaxTimeout, Domain: cfg.E2BDomain})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
 				if err != nil {

@@ -29,7 +29,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
@@ -70,6 +74,11 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+
+	// The signed-URL lookup (see findBySignature).
+	scans       *rate.Limiter
+	signed      sync.Map // signature -> sandbox id
+	signedCount atomic.Int64
 }
 
 // New returns a Server.
@@ -86,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTimeout == 0 {
 		cfg.MaxTimeout = 24 * time.Hour
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, scans: rate.NewLimiter(signedScanRate, signedScanBurst)}
 	s.mux = s.routes()
 	return s, nil
 }

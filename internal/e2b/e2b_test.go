@@ -8,11 +8,16 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/warden-sandbox/warden/internal/auth"
 )
 
 func TestControlPlane(t *testing.T) {
@@ -447,5 +452,104 @@ func TestEnvdAuthAndRouting(t *testing.T) {
 	st, _, body = envd(t, b, "GET", "/health", nil, nil)
 	if st != 502 || !strings.Contains(string(body), "The sandbox was not found") {
 		t.Fatalf("killed sandbox: %d %s", st, body)
+	}
+}
+
+// TestHostRouting: with a domain configured, {port}-{id}.{domain} reaches the
+// sandbox without routing headers, and create answers with the domain.
+func TestHostRouting(t *testing.T) {
+	srv, err := New(Config{Manager: env.mgr, Auth: auth.New(env.st), Audit: env.audit,
+		TokenKey: []byte("test e2b token key, 32 bytes..."), Domain: "sbx.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	req, _ := http.NewRequest("POST", hs.URL+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":60}`))
+	req.Header.Set("X-API-Key", env.aKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		SandboxID       string  `json:"sandboxID"`
+		EnvdAccessToken string  `json:"envdAccessToken"`
+		Domain          *string `json:"domain"`
+	}
+	json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || c.Domain == nil || *c.Domain != "sbx.example.test" {
+		t.Fatalf("create: %d, domain %v", resp.StatusCode, c.Domain)
+	}
+	defer api(t, env.aKey, "DELETE", "/sandboxes/"+c.SandboxID, nil)
+	get := func(host, path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", hs.URL+path, nil)
+		req.Host = host
+		if token != "" {
+			req.Header.Set("X-Access-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, body := get("49983-"+c.SandboxID+".sbx.example.test", "/health", ""); st != http.StatusNoContent {
+		t.Errorf("health by host: %d %s", st, body)
+	}
+	if st, body := get("49983-"+c.SandboxID+".SBX.example.test:443", "/envs", c.EnvdAccessToken); st != 200 || !strings.HasPrefix(body, "{") {
+		t.Errorf("envs by host (mixed case, with port): %d %s", st, body)
+	}
+	if st, _ := get("49983-"+c.SandboxID+".sbx.example.test", "/envs", "wrong"); st != 401 {
+		t.Errorf("wrong token by host: %d, want 401", st)
+	}
+	if st, body := get("49983-sb-nope.sbx.example.test", "/health", ""); st != 502 || !strings.Contains(body, "sb-nope") {
+		t.Errorf("unknown sandbox by host: %d %s", st, body)
+	}
+	if st, body := get("8080-"+c.SandboxID+".sbx.example.test", "/", ""); st != 502 || !strings.Contains(body, "port is not open") {
+		t.Errorf("closed port by host: %d %s", st, body)
+	}
+	// A host of another domain is the control plane, not sandbox traffic.
+	if st, body := get("49983-"+c.SandboxID+".other.test", "/envs", c.EnvdAccessToken); st == 200 {
+		t.Errorf("a foreign domain was routed to the sandbox: %d %s", st, body)
+	}
+}
+
+// TestSignedLookupBounded: header-less signed URLs are found by scanning
+// running sandboxes; a found signature is remembered, and scans beyond the
+// daemon-wide rate get 429 instead of costing a scan each.
+func TestSignedLookupBounded(t *testing.T) {
+	srv, err := New(Config{Manager: env.mgr, Auth: auth.New(env.st), Audit: env.audit,
+		TokenKey: []byte("test e2b token key, 32 bytes...")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.scans = rate.NewLimiter(rate.Every(time.Hour), 1) // one scan, then none
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	sb := create(t, env.aKey, nil)
+	token := srv.EnvdToken(sb.SandboxID)
+	get := func(path string) int {
+		resp, err := http.Get(hs.URL + "/files?path=" + url.QueryEscape(path) + "&signature=" + url.QueryEscape(Signature(path, "read", "", token, 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get("/etc/hostname"); st != 200 {
+		t.Fatalf("first signed read: %d", st)
+	}
+	for i := 0; i < 3; i++ {
+		if st := get("/etc/hostname"); st != 200 {
+			t.Fatalf("repeated signed read (remembered, no scan): %d", st)
+		}
+	}
+	if st := get("/etc/hosts"); st != http.StatusTooManyRequests {
+		t.Fatalf("a new signature past the scan budget: %d, want 429", st)
 	}
 }

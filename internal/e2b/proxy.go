@@ -120,10 +120,46 @@ func checkSignature(r *http.Request, token string) string {
 
 // findBySignature routes a header-less signed /files request: the live
 // sandbox whose token produced the signature.
-func (s *Server) findBySignature(r *http.Request) (string, bool) {
-	if r.URL.Query().Get("signature") == "" {
-		return "", false
+//
+// A signature names no sandbox, so the lookup tries each running sandbox's
+// token: linear in running sandboxes, and reachable without a key. Two
+// things bound it: a hit is remembered (signature -> sandbox; a URL is
+// usually fetched more than once), and scans are rate limited daemon-wide
+// (signedScanRate per second); beyond that the request gets 429. Host
+// routing (e2b_domain) puts the sandbox id in the URL and needs no scan.
+func (s *Server) findBySignature(r *http.Request) (id string, ok bool, limited bool) {
+	sig := r.URL.Query().Get("signature")
+	if sig == "" {
+		return "", false, false
 	}
+	if v, hit := s.signed.Load(sig); hit {
+		id := v.(string)
+		if checkSignature(r, s.EnvdToken(id)) == "" {
+			return id, true, false
+		}
+	}
+	if !s.scans.Allow() {
+		return "", false, true
+	}
+	id, ok = s.scanSignature(r)
+	if ok {
+		if s.signedCount.Add(1) > signedCacheMax {
+			s.signed.Clear()
+			s.signedCount.Store(0)
+		}
+		s.signed.Store(sig, id)
+	}
+	return id, ok, false
+}
+
+// Bounds of the signed-URL lookup.
+const (
+	signedScanRate  = 50 // scans per second, daemon-wide
+	signedScanBurst = 100
+	signedCacheMax  = 4096 // remembered signatures before the cache is reset
+)
+
+func (s *Server) scanSignature(r *http.Request) (string, bool) {
 	f := store.SandboxFilter{States: []string{string(sandbox.StateRunning)}, Limit: store.MaxPageSize}
 	for {
 		page, next, err := s.cfg.Manager.List(r.Context(), f)
@@ -169,8 +205,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	default:
 		if hid, hp, ok := s.hostRoute(r.Host); ok {
 			id, port = hid, hp
-		} else if sid, ok := s.findBySignature(r); ok {
+		} else if sid, ok, limited := s.findBySignature(r); ok {
 			id, port = sid, PortEnvd
+		} else if limited {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusTooManyRequests, map[string]any{"code": 429, "message": "too many signed URL lookups; retry, or use host routing"})
+			return
 		} else {
 			notFound502(w, "")
 			return

@@ -45,6 +45,8 @@ try {
   ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
   const png = ex.results.find(r => r.png)
   console.log('CHART', png !== undefined && Buffer.from(png.png, 'base64').subarray(1, 4).toString())
+  ex = await sbx.runCode('import pandas as pd\nint(pd.DataFrame({"a": [1, 2, 3]}).a.sum())')
+  console.log('PANDAS', ex.text)
 } finally {
   await sbx.kill()
 }
@@ -265,7 +267,7 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the code-interpreter SDK script failed: %v", err)
 	}
-	for _, want := range []string{"PY 42 true", `PYERR "out\n" ZeroDivisionError`, "PYSTATE 43", "JS 10", "JSSTATE 6", "CHART PNG"} {
+	for _, want := range []string{"PY 42 true", `PYERR "out\n" ZeroDivisionError`, "PYSTATE 43", "JS 10", "JSSTATE 6", "CHART PNG", "PANDAS 6"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("code interpreter output lacks %q", want)
 		}
