@@ -433,14 +433,11 @@ func (s *Server) metrics(w http.ResponseWriter, c *call) error {
 		return err
 	}
 	out := []map[string]any{}
-	if u, err := s.cfg.Manager.Usage(c.r.Context(), id); err == nil {
-		now := time.Now().UTC()
-		d := toDetail(sb)
-		memTotal := sb.MemoryMB << 20
+	if m, err := s.sample(c.r.Context(), sb); err == nil {
 		out = append(out, map[string]any{
-			"timestamp": now.Format(time.RFC3339), "timestampUnix": now.Unix(), "cpuCount": d.CPUCount,
-			"cpuUsedPct": 0.0, "memUsed": u.MemoryBytes, "memTotal": memTotal, "memCache": 0,
-			"diskUsed": u.DiskBytes, "diskTotal": sb.DiskMB << 20,
+			"timestamp": m.at.Format(time.RFC3339), "timestampUnix": m.at.Unix(), "cpuCount": m.cores,
+			"cpuUsedPct": m.cpuPct, "memUsed": m.memUsed, "memTotal": m.memTotal, "memCache": 0,
+			"diskUsed": m.diskUsed, "diskTotal": m.diskTotal,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -79,6 +79,8 @@ type Server struct {
 	scans       *rate.Limiter
 	signed      sync.Map // signature -> sandbox id
 	signedCount atomic.Int64
+
+	cpu cpuSamples // last CPU reading per sandbox, for cpuUsedPct
 }
 
 // New returns a Server.

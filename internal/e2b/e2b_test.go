@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/auth"
 )
 
@@ -551,5 +552,42 @@ func TestSignedLookupBounded(t *testing.T) {
 	}
 	if st := get("/etc/hosts"); st != http.StatusTooManyRequests {
 		t.Fatalf("a new signature past the scan budget: %d, want 429", st)
+	}
+}
+
+// TestMetrics: the control plane's getMetrics and envd's /metrics report the
+// sandbox's cgroup: memory in use, and CPU in percent of its cores, which a
+// busy loop drives up.
+func TestMetrics(t *testing.T) {
+	sb := create(t, env.aKey, map[string]any{"templateID": "base", "timeout": 60})
+	defer api(t, env.aKey, "DELETE", "/sandboxes/"+sb.SandboxID, nil)
+	st, _, _ := api(t, env.aKey, "GET", "/sandboxes/"+sb.SandboxID+"/metrics", nil) // first reading
+	if st != 200 {
+		t.Fatalf("metrics: %d", st)
+	}
+	c, err := env.mgr.Agent(t.Context(), sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Run(t.Context(), agentclient.Cmd{Args: []string{"timeout", "0.5", "sh", "-c", "while :; do :; done"}}); err != nil || res.ExitCode != 124 {
+		t.Fatalf("busy loop: %+v %v", res, err)
+	}
+	st, _, body := api(t, env.aKey, "GET", "/sandboxes/"+sb.SandboxID+"/metrics", nil)
+	var ms []struct {
+		CPUCount   int     `json:"cpuCount"`
+		CPUUsedPct float64 `json:"cpuUsedPct"`
+		MemUsed    int64   `json:"memUsed"`
+		MemTotal   int64   `json:"memTotal"`
+	}
+	if err := json.Unmarshal(body, &ms); err != nil || st != 200 || len(ms) != 1 {
+		t.Fatalf("metrics: %d %s", st, body)
+	}
+	if m := ms[0]; m.CPUUsedPct < 20 || m.CPUUsedPct > 100 || m.MemUsed <= 0 || m.MemTotal != 512<<20 || m.CPUCount != 1 {
+		t.Errorf("metrics after half a second of a busy core: %+v", m)
+	}
+	st, _, body = envd(t, sb, "GET", "/metrics", nil, nil)
+	var em map[string]float64
+	if err := json.Unmarshal(body, &em); err != nil || st != 200 || em["cpu_count"] != 1 || em["mem_used"] <= 0 || em["mem_total_mib"] != 512 {
+		t.Errorf("envd /metrics: %d %s", st, body)
 	}
 }

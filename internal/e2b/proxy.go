@@ -268,6 +268,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if port == PortEnvd && path == "/metrics" && r.Method == http.MethodGet {
+		s.envdMetrics(w, r, sb)
+		return
+	}
 	agent, err := s.cfg.Manager.Agent(r.Context(), id)
 	if err != nil {
 		notFound502(w, id)

@@ -1,0 +1,90 @@
+package e2b
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// cpuSample is the last CPU reading of a sandbox, for cpuUsedPct.
+type cpuSample struct {
+	at    time.Time
+	nanos int64
+}
+
+// cpuSamples remembers one reading per sandbox.
+type cpuSamples struct {
+	mu sync.Mutex
+	m  map[string]cpuSample
+}
+
+// pct returns the CPU use of sandbox id in percent of its cores: over the
+// time since the previous reading when it is recent (at most a minute old),
+// else averaged since the sandbox started.
+func (c *cpuSamples) pct(sb store.Sandbox, nanos int64, cores float64, now time.Time) float64 {
+	c.mu.Lock()
+	prev, ok := c.m[sb.ID]
+	if c.m == nil {
+		c.m = map[string]cpuSample{}
+	}
+	if len(c.m) > 10000 {
+		clear(c.m)
+	}
+	c.m[sb.ID] = cpuSample{at: now, nanos: nanos}
+	c.mu.Unlock()
+	var used, wall float64
+	if ok && now.Sub(prev.at) > 10*time.Millisecond && now.Sub(prev.at) < time.Minute && nanos >= prev.nanos {
+		used, wall = float64(nanos-prev.nanos), float64(now.Sub(prev.at).Nanoseconds())
+	} else if !sb.StartedAt.IsZero() && now.After(sb.StartedAt) {
+		used, wall = float64(nanos), float64(now.Sub(sb.StartedAt).Nanoseconds())
+	}
+	if wall <= 0 || cores <= 0 {
+		return 0
+	}
+	p := used / wall / cores * 100
+	if p > 100 {
+		p = 100
+	}
+	return float64(int(p*100)) / 100
+}
+
+// sample is one usage reading of a running sandbox.
+type sample struct {
+	at                  time.Time
+	cores               int64
+	cpuPct              float64
+	memUsed, memTotal   int64
+	diskUsed, diskTotal int64
+}
+
+func (s *Server) sample(ctx context.Context, sb store.Sandbox) (sample, error) {
+	u, err := s.cfg.Manager.Usage(ctx, sb.ID)
+	if err != nil {
+		return sample{}, err
+	}
+	now := time.Now().UTC()
+	cores := toDetail(sb).CPUCount
+	return sample{
+		at: now, cores: cores, cpuPct: s.cpu.pct(sb, u.CPUNanos, float64(sb.CPUMillis)/1000, now),
+		memUsed: u.MemoryBytes, memTotal: sb.MemoryMB << 20, diskUsed: u.DiskBytes, diskTotal: sb.DiskMB << 20,
+	}, nil
+}
+
+// envdMetrics answers envd's GET /metrics from the daemon's own reading of
+// the sandbox's cgroup (the sandbox itself sees no cgroup).
+func (s *Server) envdMetrics(w http.ResponseWriter, r *http.Request, sb store.Sandbox) {
+	m, err := s.sample(r.Context(), sb)
+	if err != nil {
+		notFound502(w, sb.ID)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"ts": m.at.Unix(), "cpu_count": m.cores, "cpu_used_pct": m.cpuPct,
+		"mem_total": m.memTotal, "mem_used": m.memUsed, "mem_cache": 0,
+		"mem_total_mib": m.memTotal >> 20, "mem_used_mib": m.memUsed >> 20,
+		"disk_used": m.diskUsed, "disk_total": m.diskTotal,
+	})
+}
