@@ -16,7 +16,7 @@ import (
 // apiBench drives a running wardend over its HTTP API with the Go SDK.
 func apiBench(ctx context.Context, c *warden.Client, n, burst int, big int64) ([]*benchstat.Series, []string, error) {
 	var notes []string
-	create := &benchstat.Series{Name: "api: create → first output (sequential)"}
+	create := &benchstat.Series{Name: "api: create → first output (sequential, warm pool)"}
 	kill := &benchstat.Series{Name: "api: kill"}
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
@@ -38,6 +38,27 @@ func apiBench(ctx context.Context, c *warden.Client, n, burst int, big int64) ([
 		// Let the warm pool refill, as between an agent's real requests.
 		time.Sleep(20 * time.Millisecond)
 	}
+
+	// The cold path: a request the warm pool cannot serve (other memory
+	// limit) boots a sandbox on the spot.
+	cold := &benchstat.Series{Name: "api: create → first output (cold, no pool)"}
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 120, MemoryMB: 384})
+		if err != nil {
+			return nil, nil, fmt.Errorf("create (cold): %w", err)
+		}
+		var out bytes.Buffer
+		if _, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"echo", "hi"}}, warden.ExecIO{Stdout: &out}); err != nil || out.String() != "hi\n" {
+			c.KillSandbox(ctx, sb.ID)
+			return nil, nil, fmt.Errorf("first command (cold): %q %w", out.String(), err)
+		}
+		cold.Add(time.Since(t0))
+		if err := c.KillSandbox(ctx, sb.ID); err != nil {
+			return nil, nil, fmt.Errorf("kill: %w", err)
+		}
+	}
+	time.Sleep(time.Second) // the pool refills before the burst
 
 	burstS := &benchstat.Series{Name: fmt.Sprintf("api: create → first output (%d in flight)", burst)}
 	var mu sync.Mutex
@@ -89,7 +110,7 @@ func apiBench(ctx context.Context, c *warden.Client, n, burst int, big int64) ([
 	}); err != nil {
 		return nil, nil, err
 	}
-	series := []*benchstat.Series{create, kill, burstS, rt}
+	series := []*benchstat.Series{create, cold, kill, burstS, rt}
 	for _, size := range []int64{1 << 20, big} {
 		data := make([]byte, size)
 		rand.Read(data)

@@ -21,6 +21,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
@@ -35,28 +38,67 @@ func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	agentPath := flag.String("agent", "", "warden-agent binary (default: next to this binary, then PATH)")
 	stateDir := flag.String("state", "/var/lib/warden/bench", "directory for templates and run state")
-	jsonOut := flag.String("json", "", "also write the summaries as JSON to this file")
+	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	apiURL := flag.String("api", "", "also drive a running wardend at this URL over its HTTP API (key from $WARDEN_API_KEY)")
 	burst := flag.Int("burst", 100, "with -api: creates in flight at once")
 	bigMiB := flag.Int64("big", 100, "with -api: size of the large upload/download in MiB")
+	densityFlag := flag.String("density", "", "with -api: idle sandboxes to hold, in increasing steps, such as 100,250,500,1000\n(empty: skip)")
+	chartOut := flag.String("chart", "", "also draw the latency distributions as a PNG to this file")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: warden-bench [flags]\n\nMeasures native sandbox create→first output, exec round trip and teardown\nbeside bare fork/exec and bubblewrap baselines (needs root).\n\n")
+		fmt.Fprintf(os.Stderr, "usage: warden-bench [flags]\n\nMeasures native sandbox create→first output, exec round trip and teardown\nbeside bare fork/exec, bubblewrap and (when installed) runsc baselines (needs root).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if err := run(*n, *agentPath, *stateDir, *jsonOut, *apiURL, *burst, *bigMiB<<20); err != nil {
+	var steps []int
+	for _, f := range strings.Split(*densityFlag, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v <= 0 || (len(steps) > 0 && v <= steps[len(steps)-1]) {
+			fmt.Fprintln(os.Stderr, "warden-bench: -density takes increasing positive counts, such as 100,250,500,1000")
+			os.Exit(2)
+		}
+		steps = append(steps, v)
+	}
+	o := opts{n: *n, agent: *agentPath, state: *stateDir, json: *jsonOut, api: *apiURL, burst: *burst, big: *bigMiB << 20,
+		density: steps, chart: *chartOut}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "warden-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, agentPath, stateDir, jsonOut, apiURL string, burst int, big int64) error {
+// opts are the benchmark's settings.
+type opts struct {
+	n           int
+	agent       string
+	state, json string
+	api         string
+	burst       int
+	big         int64
+	density     []int
+	chart       string
+}
+
+// results is the JSON output.
+type results struct {
+	Host      string              `json:"host"`
+	Time      time.Time           `json:"time"`
+	N         int                 `json:"n"`
+	Summaries []benchstat.Summary `json:"summaries"`
+	Density   []densityStep       `json:"density,omitempty"`
+	Notes     []string            `json:"notes,omitempty"`
+}
+
+func run(o opts) error {
+	n := o.n
 	ctx := context.Background()
-	tm, err := template.EnsureBase(filepath.Join(stateDir, "templates"))
+	tm, err := template.EnsureBase(filepath.Join(o.state, "templates"))
 	if err != nil {
 		return err
 	}
-	b, err := native.New(native.Config{RunDir: filepath.Join(stateDir, "run"), AgentPath: agentPath})
+	b, err := native.New(native.Config{RunDir: filepath.Join(o.state, "run"), AgentPath: o.agent})
 	if err != nil {
 		return err
 	}
@@ -74,6 +116,24 @@ func run(n int, agentPath, stateDir, jsonOut, apiURL string, burst int, big int6
 		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true"}
 	if err := bwrap.Time(n, func() error { return exec.Command(bwrapPath, bwrapArgs...).Run() }); err != nil {
 		return err
+	}
+	baselines := []*benchstat.Series{fork, bwrap}
+	var notes []string
+	if runsc, err := exec.LookPath("runsc"); err == nil {
+		rs := &benchstat.Series{Name: "baseline: runsc do true (systrap)"}
+		runscArgs := []string{"--network=none", "--platform=systrap", "--ignore-cgroups", "--root", filepath.Join(o.state, "runsc"), "do", "true"}
+		if err := rs.Time(min(n, 50), func() error {
+			if out, err := exec.Command(runsc, runscArgs...).CombinedOutput(); err != nil {
+				return fmt.Errorf("runsc do true: %w: %s", err, out)
+			}
+			return nil
+		}); err != nil {
+			notes = append(notes, "runsc baseline skipped: "+err.Error())
+		} else {
+			baselines = append(baselines, rs)
+		}
+	} else {
+		notes = append(notes, "runsc is not installed (scripts/install-runsc.sh builds it): no gVisor baseline")
 	}
 
 	seq := 0
@@ -136,32 +196,66 @@ func run(n int, agentPath, stateDir, jsonOut, apiURL string, burst int, big int6
 		return err
 	}
 
-	sums := []benchstat.Summary{fork.Summarize(bwrap), bwrap.Summarize(bwrap), create.Summarize(bwrap),
-		rtTrue.Summarize(bwrap), rtEcho.Summarize(bwrap), teardown.Summarize(bwrap)}
-	var notes []string
-	if apiURL != "" {
-		c, err := warden.New(warden.WithBaseURL(apiURL))
+	all := append(slices.Clone(baselines), create, rtTrue, rtEcho, teardown)
+	var steps []densityStep
+	if o.api != "" {
+		c, err := warden.New(warden.WithBaseURL(o.api))
 		if err != nil {
 			return err
 		}
-		series, ns, err := apiBench(ctx, c, n, burst, big)
+		series, ns, err := apiBench(ctx, c, n, o.burst, o.big)
 		if err != nil {
 			return fmt.Errorf("api benchmark: %w", err)
 		}
-		for _, s := range series {
-			sums = append(sums, s.Summarize(bwrap))
+		all = append(all, series...)
+		notes = append(notes, ns...)
+		if len(o.density) > 0 {
+			var ds []*benchstat.Series
+			steps, ds, err = density(ctx, c, o.density)
+			all = append(all, ds...)
+			if err != nil {
+				return fmt.Errorf("density: %w", err)
+			}
 		}
-		notes = ns
+	}
+	var sums []benchstat.Summary
+	for _, s := range all {
+		sums = append(sums, s.Summarize(bwrap))
 	}
 	host, _ := os.Hostname()
-	fmt.Printf("warden-bench: n=%d, host %s, %s\n\n", n, host, time.Now().UTC().Format(time.RFC3339))
+	now := time.Now().UTC()
+	fmt.Printf("warden-bench: n=%d, host %s, %s\n\n", n, host, now.Format(time.RFC3339))
 	benchstat.Print(os.Stdout, "bwrap", sums)
+	if len(steps) > 0 {
+		printDensity(steps)
+	}
 	for _, note := range notes {
 		fmt.Println("\n" + note)
 	}
-	if jsonOut != "" {
-		raw, _ := json.MarshalIndent(sums, "", "  ")
-		if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {
+	if o.json != "" {
+		raw, _ := json.MarshalIndent(results{Host: host, Time: now, N: n, Summaries: sums, Density: steps, Notes: notes}, "", "  ")
+		if err := os.WriteFile(o.json, raw, 0o644); err != nil {
+			return err
+		}
+	}
+	if o.chart != "" {
+		var keep []*benchstat.Series
+		for _, s := range all {
+			// The chart shows latencies of one kind: starts and round trips,
+			// not the large transfers or the density steps.
+			if !strings.Contains(s.Name, "MiB") && !strings.Contains(s.Name, "idle sandboxes") && !strings.Contains(s.Name, "kill") {
+				keep = append(keep, s)
+			}
+		}
+		f, err := os.Create(o.chart)
+		if err != nil {
+			return err
+		}
+		err = benchstat.Chart(f, fmt.Sprintf("warden-bench %s, %s: latency distributions", host, now.Format("2006-01-02")), keep)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -90,7 +90,7 @@ type Manager struct {
 	tmpl Templates
 	log  *slog.Logger
 
-	pool     chan backend.Handle // started, unclaimed sandboxes
+	pool     chan pooled // started, warmed, unclaimed sandboxes
 	poolWake chan struct{}
 	poolDone sync.WaitGroup
 
@@ -119,7 +119,7 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 		cfg.Reap = time.Second
 	}
 	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log,
-		pool: make(chan backend.Handle, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1),
+		pool: make(chan pooled, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1),
 		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}}
 }
 
@@ -212,8 +212,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		}
 	}()
 
-	if h, ok := m.claim(req); ok {
-		sb, err := m.startPooled(ctx, req, h)
+	if p, ok := m.claim(req); ok {
+		sb, err := m.startPooled(ctx, req, p)
 		if err == nil {
 			started = true
 			return sb, nil
@@ -327,34 +327,42 @@ func (m *Manager) poolable(req CreateRequest) bool {
 		(req.DiskMB == 0 || req.DiskMB<<20 == d.DiskBytes)
 }
 
+// pooled is a started sandbox waiting in the pool, with the agent client
+// that warmed it (its HTTP/2 connection stays open for the first exec).
+type pooled struct {
+	h backend.Handle
+	c *agentclient.Client
+}
+
 // claim takes a started sandbox from the pool, if req can use one.
-func (m *Manager) claim(req CreateRequest) (backend.Handle, bool) {
+func (m *Manager) claim(req CreateRequest) (pooled, bool) {
 	if m.cfg.PoolSize <= 0 || !m.poolable(req) {
-		return backend.Handle{}, false
+		return pooled{}, false
 	}
 	select {
-	case h := <-m.pool:
+	case p := <-m.pool:
 		select {
 		case m.poolWake <- struct{}{}:
 		default:
 		}
-		return h, true
+		return p, true
 	default:
-		return backend.Handle{}, false
+		return pooled{}, false
 	}
 }
 
 // startPooled turns a claimed pooled sandbox into the caller's sandbox: a
 // record with a fresh id, the caller's environment handed to the agent.
-func (m *Manager) startPooled(ctx context.Context, req CreateRequest, h backend.Handle) (store.Sandbox, error) {
+func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) (store.Sandbox, error) {
 	bctx := context.WithoutCancel(ctx)
+	h, c := p.h, p.c
 	if st, err := m.b.Status(bctx, h); err != nil || st != backend.StateRunning {
+		c.Close()
 		m.b.Delete(bctx, h)
 		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s is %s: %v", h.ID, st, err)
 	}
-	// The client that hands over the environment stays the sandbox's agent
-	// client (Agent), so the first exec reuses its connection.
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
+	// The client that warmed the sandbox stays its agent client (Agent),
+	// so the first exec reuses its open connection.
 	if len(req.Env) > 0 {
 		if err := c.Init(bctx, req.Env); err != nil {
 			c.Close()
@@ -407,7 +415,7 @@ func (m *Manager) fillPool(ctx context.Context) {
 	backoff := time.Second
 	for {
 		for len(m.pool) < cap(m.pool) && ctx.Err() == nil {
-			h, err := m.prestart(ctx)
+			p, err := m.prestart(ctx)
 			if err != nil {
 				m.log.Warn("warm pool: start a sandbox", "err", err)
 				select {
@@ -419,46 +427,76 @@ func (m *Manager) fillPool(ctx context.Context) {
 			}
 			backoff = time.Second
 			if ctx.Err() != nil {
-				m.b.Delete(context.Background(), h)
+				p.c.Close()
+				m.b.Delete(context.Background(), p.h)
 				return
 			}
-			m.pool <- h
+			m.pool <- p
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.poolWake:
 		}
+		// Refill once claims pause: booting competes for the CPUs with the
+		// claimed sandbox's first commands (and with further claims in a
+		// burst), which matter more. An empty pool refills at once.
+		for len(m.pool) > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.poolWake:
+				continue
+			case <-time.After(refillDelay):
+			}
+			break
+		}
 	}
 }
 
-// prestart boots one sandbox of the base template with default limits.
-func (m *Manager) prestart(ctx context.Context) (backend.Handle, error) {
+// refillDelay is how long the warm pool waits after the last claim before
+// it boots replacements.
+const refillDelay = 30 * time.Millisecond
+
+// prestart boots one sandbox of the base template with default limits and
+// warms it: one process run through a client that stays connected, so the
+// agent's spawn thread is set up (Landlock, capabilities) and the first
+// exec of whoever claims it pays for neither that nor a connection.
+func (m *Manager) prestart(ctx context.Context) (pooled, error) {
 	tm, err := m.tmpl.Get(template.BaseName)
 	if err != nil {
-		return backend.Handle{}, err
+		return pooled{}, err
 	}
 	spec := tm.Spec("pool-" + strings.TrimPrefix(NewID(), "sb-"))
 	spec.Limits = backend.DefaultLimits
 	bctx := context.WithoutCancel(ctx)
 	h, err := m.b.Create(bctx, spec)
 	if err != nil {
-		return h, err
+		return pooled{}, err
 	}
 	started, err := m.b.Start(bctx, h)
 	if err != nil {
 		m.b.Delete(bctx, h)
-		return h, err
+		return pooled{}, err
 	}
-	return started, nil
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, started) })
+	wctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+	defer cancel()
+	if res, err := c.Run(wctx, agentclient.Cmd{Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		c.Close()
+		m.b.Delete(bctx, started)
+		return pooled{}, fmt.Errorf("warm pooled sandbox: exit %d: %v", res.ExitCode, err)
+	}
+	return pooled{h: started, c: c}, nil
 }
 
 // drainPool deletes every unclaimed pooled sandbox.
 func (m *Manager) drainPool() {
 	for {
 		select {
-		case h := <-m.pool:
-			m.b.Delete(context.Background(), h)
+		case p := <-m.pool:
+			p.c.Close()
+			m.b.Delete(context.Background(), p.h)
 		default:
 			return
 		}
