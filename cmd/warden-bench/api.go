@@ -63,6 +63,7 @@ func apiBench(ctx context.Context, c *warden.Client, n, burst int, big int64) ([
 	burstS := &benchstat.Series{Name: fmt.Sprintf("api: create → first output (%d in flight)", burst)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var burstIDs []string
 	errs := make(chan error, burst)
 	for i := 0; i < burst; i++ {
 		wg.Add(1)
@@ -74,7 +75,9 @@ func apiBench(ctx context.Context, c *warden.Client, n, burst int, big int64) ([
 				errs <- err
 				return
 			}
-			defer c.KillSandbox(context.WithoutCancel(ctx), sb.ID)
+			mu.Lock()
+			burstIDs = append(burstIDs, sb.ID)
+			mu.Unlock()
 			if _, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"true"}}, warden.ExecIO{}); err != nil {
 				errs <- err
 				return
@@ -85,6 +88,12 @@ func apiBench(ctx context.Context, c *warden.Client, n, burst int, big int64) ([
 		}()
 	}
 	wg.Wait()
+	// Killed after the burst, not by each create as it finishes: the
+	// kills would otherwise load the machine under the creates still in
+	// flight, which is not what a burst of creates costs.
+	for _, id := range burstIDs {
+		c.KillSandbox(context.WithoutCancel(ctx), id)
+	}
 	close(errs)
 	failed := 0
 	var firstErr error

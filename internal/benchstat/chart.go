@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/image/font"
@@ -20,7 +21,8 @@ import (
 var palette = []color.RGBA{
 	{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
 	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
-	{0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+	{0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff}, {0x00, 0x00, 0x00, 0xff}, {0x9e, 0xda, 0xe5, 0xff},
+	{0xff, 0xbb, 0x78, 0xff}, {0x98, 0xdf, 0x8a, 0xff},
 }
 
 // Chart draws the latency distributions of series as cumulative curves
@@ -74,7 +76,7 @@ func Chart(w io.Writer, title string, series []*Series) error {
 			}
 		}
 	}
-	for _, f := range []float64{0, 0.5, 0.9, 0.99, 1} {
+	for _, f := range []float64{0, 0.5, 0.9, 0.99} {
 		y := yOf(f)
 		hline(img, left, left+pw, y, grey)
 		label(img, 20, y+4, fmt.Sprintf("p%g", f*100), black)
@@ -99,7 +101,9 @@ func Chart(w io.Writer, title string, series []*Series) error {
 		for t := 0; t < 3; t++ {
 			hline(img, width-right+20, width-right+50, ly+t-1, c)
 		}
-		label(img, width-right+58, ly+4, fmt.Sprintf("%s (p50 %.2f ms)", trim(s.Name, 44), ms(s.Quantile(0.5))), black)
+		// The 7x13 face has ASCII only.
+		name := strings.ReplaceAll(s.Name, "→", "->")
+		label(img, width-right+58, ly+4, fmt.Sprintf("%s (p50 %.2f ms)", trim(name, 56), ms(s.Quantile(0.5))), black)
 	}
 	return png.Encode(w, img)
 }

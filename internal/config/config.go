@@ -38,6 +38,10 @@ type Config struct {
 	// sandbox's port (for users with wildcard DNS), and create/connect
 	// responses carry it as "domain".
 	E2BDomain string `yaml:"e2b_domain"`
+	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
+	// this address, for profiling the daemon. Keep it on loopback: it has
+	// no authentication.
+	DebugListen string `yaml:"debug_listen"`
 	// PublicURL is the base of presigned URLs (default http://<listen>).
 	PublicURL string `yaml:"public_url"`
 	// StateDir holds the database, keys, audit checkpoint and templates.
@@ -107,6 +111,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	agent := fs.String("agent", "", "warden-agent binary (default: next to wardend; env WARDEN_AGENT)")
 	e2bListen := fs.String("e2b-listen", "", "TCP address of the E2B-compatible API, \"\" (the default) disables it (env WARDEN_E2B_LISTEN)")
 	e2bDomain := fs.String("e2b-domain", "", "domain of E2B host routing ({port}-{id}.DOMAIN); \"\" (the default) routes by headers only (env WARDEN_E2B_DOMAIN)")
+	debugListen := fs.String("debug-listen", "", "serve Go's profiler (pprof) on this address, such as 127.0.0.1:6060; no authentication (env WARDEN_DEBUG_LISTEN)")
 	publicURL := fs.String("public-url", "", "base URL for presigned file URLs (env WARDEN_PUBLIC_URL)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env WARDEN_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
@@ -156,6 +161,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	set(&c.PublicURL, *publicURL, "WARDEN_PUBLIC_URL")
 	set(&c.E2BListen, *e2bListen, "WARDEN_E2B_LISTEN")
 	set(&c.E2BDomain, *e2bDomain, "WARDEN_E2B_DOMAIN")
+	set(&c.DebugListen, *debugListen, "WARDEN_DEBUG_LISTEN")
 	set(&c.LogLevel, *logLevel, "WARDEN_LOG_LEVEL")
 	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
 	set(&c.Landlock, *landlock, "WARDEN_LANDLOCK")

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	cleanOrphans(ctx, b, log)
 
+	if cfg.DebugListen != "" {
+		if err := serveDebug(ctx, cfg.DebugListen, log); err != nil {
+			return err
+		}
+	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
@@ -287,4 +293,26 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("write secret: %w", err)
 	}
 	return key, nil
+}
+
+// serveDebug serves net/http/pprof on addr until ctx ends.
+func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("debug listener %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		ds.Close()
+	}()
+	go ds.Serve(ln)
+	log.Warn("profiler listening (no authentication)", "addr", ln.Addr().String())
+	return nil
 }
