@@ -45,6 +45,9 @@ type sandboxJSON struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 	EndedAt   *time.Time        `json:"ended_at"`
 	EndReason *string           `json:"end_reason"`
+	// Lifecycle: pause instead of kill at the timeout, resume on a call.
+	AutoPause  bool `json:"auto_pause"`
+	AutoResume bool `json:"auto_resume"`
 }
 
 func toSandbox(sb store.Sandbox) sandboxJSON {
@@ -54,6 +57,7 @@ func toSandbox(sb store.Sandbox) sandboxJSON {
 		Metadata: sb.Metadata, EnvKeys: slices.Sorted(maps.Keys(sb.Env)),
 		User: sb.User, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.UTC(), StartedAt: sb.StartedAt.UTC(), ExpiresAt: sb.ExpiresAt.UTC(),
+		AutoPause: sb.Lifecycle.AutoPause, AutoResume: sb.Lifecycle.AutoResume,
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
@@ -82,6 +86,8 @@ type createSandboxRequest struct {
 	TimeoutSeconds *int64            `json:"timeout_seconds"`
 	User           *string           `json:"user"`
 	Workdir        *string           `json:"workdir"`
+	AutoPause      *bool             `json:"auto_pause"`
+	AutoResume     *bool             `json:"auto_resume"`
 }
 
 func (q *createSandboxRequest) validate() error {
@@ -171,16 +177,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	start := time.Now()
 	sb, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
-		Owner:     st.principal,
-		Template:  tmpl,
-		CPUMillis: deref(q.CPUMillis),
-		MemoryMB:  deref(q.MemoryMB),
-		DiskMB:    deref(q.DiskMB),
-		Env:       q.Env,
-		Metadata:  q.Metadata,
-		Timeout:   time.Duration(deref(q.TimeoutSeconds)) * time.Second,
-		User:      deref(q.User),
-		Workdir:   deref(q.Workdir),
+		Owner:      st.principal,
+		Template:   tmpl,
+		CPUMillis:  deref(q.CPUMillis),
+		MemoryMB:   deref(q.MemoryMB),
+		DiskMB:     deref(q.DiskMB),
+		Env:        q.Env,
+		Metadata:   q.Metadata,
+		Timeout:    time.Duration(deref(q.TimeoutSeconds)) * time.Second,
+		User:       deref(q.User),
+		Workdir:    deref(q.Workdir),
+		AutoPause:  deref(q.AutoPause),
+		AutoResume: deref(q.AutoResume),
 	})
 	oc := "success"
 	if err != nil {

@@ -36,6 +36,8 @@ func sandboxCreateCmd() *command {
 		fs.Var(&meta, "meta", "K=V", "metadata pair to label the sandbox with; repeatable")
 		fs.String(&req.User, "user", "U", "user that processes run as (default: the template's)")
 		fs.String(&req.Workdir, "workdir", "D", "working directory of processes (default: the template's)")
+		fs.Bool(&req.AutoPause, "auto-pause", "pause at the timeout instead of being killed")
+		fs.Bool(&req.AutoResume, "auto-resume", "resume when a call reaches the sandbox while paused")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 0 {

@@ -255,6 +255,13 @@ type newSandboxRequest struct {
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 	AutoPause  *bool             `json:"autoPause"`
+	// AutoPauseMemory false asks for a pause that drops memory; Warden's
+	// native pause keeps it (the cgroup freezer), which is what E2B's
+	// default (true) asks for.
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
 }
 
 func (s *Server) create(w http.ResponseWriter, c *call) error {
@@ -272,8 +279,14 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 		}
 		timeout = time.Duration(*q.Timeout) * time.Second
 	}
-	if q.AutoPause != nil && *q.AutoPause {
-		return errf(http.StatusBadRequest, "autoPause is not supported by Warden: sandboxes are killed at their timeout")
+	autoPause := q.AutoPause != nil && *q.AutoPause
+	autoResume := q.AutoResume != nil && q.AutoResume.Enabled
+	if autoResume && !autoPause {
+		return errf(http.StatusBadRequest, "autoResume needs autoPause")
+	}
+	if autoPause {
+		c.detail["auto_pause"] = true
+		c.detail["auto_resume"] = autoResume
 	}
 	tmpl := templateFor(*q.TemplateID)
 	c.detail["template"] = tmpl
@@ -291,6 +304,7 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 	}
 	sb, err := s.cfg.Manager.Create(c.r.Context(), sandbox.CreateRequest{
 		Owner: c.ident.Principal.ID, Template: tmpl, Env: q.EnvVars, Metadata: q.Metadata, Timeout: timeout,
+		AutoPause: autoPause, AutoResume: autoResume,
 	})
 	if err != nil {
 		return err
@@ -308,7 +322,10 @@ func (s *Server) get(w http.ResponseWriter, c *call) error {
 	d := toDetail(sb)
 	d.EnvdAccessToken, _ = s.tokensFor(c, sb.ID)
 	d.Domain = s.domain()
-	d.Lifecycle = &lifecycleJSON{OnTimeout: "kill"}
+	d.Lifecycle = &lifecycleJSON{OnTimeout: "kill", AutoResume: sb.Lifecycle.AutoResume}
+	if sb.Lifecycle.AutoPause {
+		d.Lifecycle.OnTimeout = "pause"
+	}
 	writeJSON(w, http.StatusOK, d)
 	return nil
 }

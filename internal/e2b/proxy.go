@@ -217,6 +217,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sb, err := s.cfg.Manager.Get(r.Context(), id)
+	if err == nil && sandbox.State(sb.State) == sandbox.StatePaused {
+		// autoResume: traffic to a paused sandbox resumes it (E2B).
+		if woken, werr := s.cfg.Manager.Wake(r.Context(), sb); werr == nil {
+			sb = woken
+		} else {
+			s.log.Warn("e2b: auto-resume", "sandbox", id, "err", werr)
+		}
+	}
 	if err != nil || sandbox.State(sb.State) != sandbox.StateRunning {
 		if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			s.log.Error("e2b: look up sandbox", "sandbox", id, "err", err)

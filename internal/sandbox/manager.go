@@ -80,6 +80,10 @@ type CreateRequest struct {
 	Timeout   time.Duration
 	User      string
 	Workdir   string
+	// AutoPause pauses the sandbox at its timeout instead of killing it;
+	// AutoResume resumes a paused sandbox when a call reaches it.
+	AutoPause  bool
+	AutoResume bool
 }
 
 // Manager runs sandboxes on one backend.
@@ -171,6 +175,9 @@ func (m *Manager) validate(req *CreateRequest) error {
 	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
 		return fmt.Errorf("%w: workdir must be an absolute path", ErrInvalid)
 	}
+	if _, ok := m.b.(backend.Pauser); (req.AutoPause || req.AutoResume) && (!ok || !m.b.Capabilities().Pause) {
+		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, m.b.ID())
+	}
 	return nil
 }
 
@@ -245,7 +252,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	spec.Limits = spec.Limits.WithDefaults()
 	now := time.Now().UTC()
 	sb := store.Sandbox{
-		ID: id, Template: req.Template, TemplateID: tm.ID, State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
 		CreatedAt: now, ExpiresAt: now.Add(req.Timeout),
@@ -376,7 +383,7 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	tm, _ := m.tmpl.Get(template.BaseName)
 	id := NewID()
 	sb := store.Sandbox{
-		ID: id, Template: template.BaseName, TemplateID: tm.ID, State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
 		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
@@ -656,9 +663,38 @@ func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) 
 	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State) == StatePaused {
 			s.State = string(StateRunning)
+			// A paused sandbox does not time out; resumed, it gets its
+			// timeout anew (a sandbox paused at its timeout would
+			// otherwise be killed at once).
+			if t := s.Lifecycle.Timeout; t > 0 {
+				if exp := time.Now().UTC().Add(t); s.ExpiresAt.Before(exp) {
+					s.ExpiresAt = exp
+				}
+			}
 		}
 		return nil
 	})
+}
+
+// lifecycleOf is the stored lifecycle of a create request.
+func lifecycleOf(req CreateRequest) store.Lifecycle {
+	return store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout}
+}
+
+// Wake resumes sb if it is paused and was created with AutoResume, and
+// returns its record as it is now. Calls that reach a sandbox (exec, files,
+// the E2B proxy) go through it.
+func (m *Manager) Wake(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+	if State(sb.State) != StatePaused || !sb.Lifecycle.AutoResume {
+		return sb, nil
+	}
+	m.log.Info("resuming a paused sandbox for a call", "sandbox", sb.ID)
+	woken, err := m.Resume(ctx, sb.ID)
+	var se *StateError
+	if errors.As(err, &se) { // resumed by a concurrent call
+		return m.Get(ctx, sb.ID)
+	}
+	return woken, err
 }
 
 func (m *Manager) handle(ctx context.Context, id string, want State) (backend.Handle, error) {
@@ -713,6 +749,15 @@ func (m *Manager) Agent(ctx context.Context, id string) (*agentclient.Client, er
 // for the ownership check), so the exec and file paths read the store once.
 func (m *Manager) AgentFor(sb store.Sandbox) (*agentclient.Client, error) {
 	id := sb.ID
+	if State(sb.State) == StatePaused && sb.Lifecycle.AutoResume {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		woken, err := m.Wake(ctx, sb)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("auto-resume: %w", err)
+		}
+		sb = woken
+	}
 	h, err := m.handleOf(sb, StateRunning)
 	if err != nil {
 		return nil, err
@@ -825,8 +870,18 @@ func (m *Manager) reapExpired(ctx context.Context) {
 	now := time.Now()
 	for _, id := range ids {
 		sb, err := m.st.GetSandbox(ctx, id)
-		if err != nil || State(sb.State).Terminal() || sb.ExpiresAt.IsZero() || sb.ExpiresAt.After(now) {
+		// Paused sandboxes do not time out (they hold no CPU; Resume
+		// grants a fresh timeout).
+		if err != nil || State(sb.State) != StateRunning || sb.ExpiresAt.IsZero() || sb.ExpiresAt.After(now) {
 			continue
+		}
+		if sb.Lifecycle.AutoPause {
+			if _, err := m.Pause(ctx, id); err == nil {
+				m.log.Info("sandbox paused at its timeout", "sandbox", id)
+				continue
+			} else {
+				m.log.Warn("pause at timeout failed; killing", "sandbox", id, "err", err)
+			}
 		}
 		m.log.Info("sandbox timed out", "sandbox", id)
 		m.kill(ctx, id, StateStopped, "timeout", true)

@@ -122,12 +122,23 @@ type Store interface {
 	Close() error
 }
 
+// Lifecycle says what happens at a sandbox's timeout: by default it is
+// killed; with AutoPause it is paused instead, and with AutoResume a call
+// that reaches it while paused resumes it. Timeout is the timeout each
+// resume grants anew.
+type Lifecycle struct {
+	AutoPause  bool          `json:"auto_pause,omitempty"`
+	AutoResume bool          `json:"auto_resume,omitempty"`
+	Timeout    time.Duration `json:"timeout_ns,omitempty"`
+}
+
 // Sandbox is the stored form of a sandbox. State is opaque to the store;
 // internal/sandbox owns the state machine.
 type Sandbox struct {
 	ID         string
 	Template   string
 	TemplateID string // content id of the template version it booted from
+	Lifecycle  Lifecycle
 	State      string
 	Owner      string // principal ID
 	Backend    string

@@ -51,6 +51,9 @@ type Sandbox struct {
 	EndedAt *time.Time `json:"ended_at"`
 	// EndReason is empty until the sandbox reaches a terminal state.
 	EndReason string `json:"end_reason"`
+	// AutoPause and AutoResume are the sandbox's lifecycle (see CreateSandboxRequest).
+	AutoPause  bool `json:"auto_pause"`
+	AutoResume bool `json:"auto_resume"`
 }
 
 // CreateSandboxRequest is the body of [Client.CreateSandbox]. Zero fields take the daemon's
@@ -67,6 +70,11 @@ type CreateSandboxRequest struct {
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
 	User           string `json:"user,omitempty"`
 	Workdir        string `json:"workdir,omitempty"`
+	// AutoPause pauses the sandbox at its timeout instead of killing it; a paused
+	// sandbox does not time out, and a resume grants the timeout anew.
+	AutoPause bool `json:"auto_pause,omitempty"`
+	// AutoResume resumes a paused sandbox when a call (exec, files, code) reaches it.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 // ListOptions filters and pages [Client.ListSandboxes].

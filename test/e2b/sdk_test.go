@@ -139,6 +139,15 @@ for (let i = 0; i < 50 && !events.some(e => e.endsWith('new.txt')); i++) await n
 await watcher.stop()
 console.log('WATCH', events.some(e => e.endsWith(':new.txt')))
 await sbx.kill()
+
+const ap = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+await ap.commands.run('echo 41 > /tmp/v')
+for (let i = 0; i < 80; i++) { if ((await Sandbox.getInfo(ap.sandboxId)).state === 'paused') break; await new Promise(r => setTimeout(r, 100)) }
+const pausedInfo = await Sandbox.getInfo(ap.sandboxId)
+console.log('AUTOPAUSE', pausedInfo.state, JSON.stringify(pausedInfo.lifecycle))
+const back = await ap.commands.run('cat /tmp/v')
+console.log('AUTORESUME', back.stdout.trim(), (await ap.getInfo()).state)
+await ap.kill()
 `
 
 func TestE2BSDK(t *testing.T) {
@@ -251,7 +260,8 @@ func TestE2BSDK(t *testing.T) {
 	}
 	for _, want := range []string{`CALLBACKS "one\nthree\n" "two\n" 0`, `STDIN "fed via stdin\n" 0`, "CMDLIST true", "CONNECT 0 true",
 		"KILLWAIT CommandExitError", "PTY 0 true true", "MKDIR true false", "WRITEMANY 3", "BYTES 0,1,2,255", "GETINFO a.txt file 1",
-		"RENAME renamed.txt false", "REMOVE b.bin,renamed.txt", "WATCH true"} {
+		"RENAME renamed.txt false", "REMOVE b.bin,renamed.txt", "WATCH true",
+		`AUTOPAUSE paused {"onTimeout":"pause","autoResume":true}`, "AUTORESUME 41 running"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -28,6 +28,7 @@ func TestDaemon(t *testing.T) {
 	t.Run("Authorization", func(t *testing.T) { testAuthz(t, d, admin) })
 	t.Run("CLI", func(t *testing.T) { testCLI(t, d) })
 	t.Run("PauseResume", func(t *testing.T) { testPause(t, d, admin) })
+	t.Run("AutoPauseResume", func(t *testing.T) { testAutoPause(t, d, admin) })
 }
 
 func testPause(t *testing.T, d *daemon, c *warden.Client) {
@@ -83,6 +84,73 @@ func testPause(t *testing.T, d *daemon, c *warden.Client) {
 	if got, _ := c.GetSandbox(ctx, sb2.ID); got.State != "stopped" {
 		t.Fatalf("killed paused sandbox is %s", got.State)
 	}
+}
+
+// testAutoPause: a sandbox created with auto_pause is paused, not killed, at
+// its timeout, and with auto_resume the next call resumes it: a Python
+// counter keeps its memory and counts on from where it stopped, under the
+// same process.
+func testAutoPause(t *testing.T, d *daemon, c *warden.Client) {
+	ctx := ctxT(t)
+	started := time.Now()
+	sb := create(t, c, warden.CreateSandboxRequest{TimeoutSeconds: 2, AutoPause: true, AutoResume: true})
+	if !sb.AutoPause || !sb.AutoResume {
+		t.Fatalf("lifecycle not reported: %+v", sb)
+	}
+	counter := "import itertools, os, time\nfor i in itertools.count():\n    open('/tmp/c.tmp', 'w').write('%d %d' % (os.getpid(), i)); os.replace('/tmp/c.tmp', '/tmp/c'); time.sleep(0.02)\n"
+	p, err := c.StartProcess(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"python3", "-c", counter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	read := func() (pid, n int) {
+		t.Helper()
+		var out bytes.Buffer
+		if _, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"cat", "/tmp/c"}}, warden.ExecIO{Stdout: &out}); err != nil {
+			t.Fatalf("read counter: %v", err)
+		}
+		fmt.Sscan(out.String(), &pid, &n)
+		return pid, n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var got warden.Sandbox
+	for {
+		if got, err = c.GetSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got.State == "paused" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got.State != "paused" {
+		t.Fatalf("at its timeout the sandbox is %s (%s), want paused", got.State, got.EndReason)
+	}
+	time.Sleep(1500 * time.Millisecond) // frozen: the counter must not advance
+	pid1, n1 := read()                  // this call resumes it
+	if got, _ := c.GetSandbox(ctx, sb.ID); got.State != "running" || !got.ExpiresAt.After(time.Now()) {
+		t.Fatalf("after a call: %s, expires %v; want running with a fresh timeout", got.State, got.ExpiresAt)
+	}
+	// A tick takes at least 20 ms, so the counter can have advanced only
+	// while not frozen: at most (time since start - 1.5 s frozen) / 20 ms.
+	if limit := int((time.Since(started)-1500*time.Millisecond)/(20*time.Millisecond)) + 5; n1 > limit || n1 < 10 {
+		t.Errorf("counter at %d (at most %d unless it ran while paused)", n1, limit)
+	}
+	time.Sleep(300 * time.Millisecond)
+	pid2, n2 := read()
+	if pid2 != pid1 || n2 <= n1 {
+		t.Errorf("after resume: pid %d -> %d, count %d -> %d; want the same process counting on", pid1, pid2, n1, n2)
+	}
+	// A plain pause without auto_resume still answers 409 to calls.
+	plain := create(t, c, warden.CreateSandboxRequest{})
+	if _, err := c.PauseSandbox(ctx, plain.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, plain.ID, warden.ExecRequest{Cmd: []string{"true"}}, warden.ExecIO{}); !warden.IsConflict(err) {
+		t.Errorf("exec in a paused sandbox without auto_resume: %v, want 409", err)
+	}
+	c.KillSandbox(ctx, plain.ID)
+	c.KillSandbox(ctx, sb.ID)
 }
 
 func create(t *testing.T, c *warden.Client, req warden.CreateSandboxRequest) warden.Sandbox {

@@ -226,6 +226,11 @@ func sandboxArgs(sb store.Sandbox) ([]any, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("encode metadata: %w", err)
 	}
+	lc, err := json.Marshal(sb.Lifecycle)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode lifecycle: %w", err)
+	}
+	lifecycle := string(lc)
 	var handle any
 	if len(sb.Handle) > 0 {
 		handle = []byte(sb.Handle)
@@ -234,7 +239,7 @@ func sandboxArgs(sb store.Sandbox) ([]any, string, error) {
 		sb.ID, sb.Template, sb.State, sb.Owner, sb.Backend, sb.CPUMillis, sb.MemoryMB, sb.DiskMB,
 		env, meta, sb.User, sb.Workdir,
 		nanos(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.ExpiresAt), nanos(sb.EndedAt), sb.EndReason, handle,
-		sb.TemplateID,
+		sb.TemplateID, lifecycle,
 	}, meta, nil
 }
 
@@ -254,11 +259,15 @@ func scanSandboxMeta(r scanner, meta *string) (store.Sandbox, error) {
 		env                              string
 		created, started, expires, ended sql.NullInt64
 		handle                           []byte
+		lifecycle                        string
 	)
 	err := r.Scan(&sb.ID, &sb.Template, &sb.State, &sb.Owner, &sb.Backend, &sb.CPUMillis, &sb.MemoryMB, &sb.DiskMB,
-		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID)
+		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle)
 	if err != nil {
 		return store.Sandbox{}, err
+	}
+	if err := json.Unmarshal([]byte(lifecycle), &sb.Lifecycle); err != nil {
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: decode lifecycle: %w", sb.ID, err)
 	}
 	if sb.Env, err = decodeMap(env); err != nil {
 		return store.Sandbox{}, fmt.Errorf("sandbox %s: decode env: %w", sb.ID, err)
