@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -125,9 +126,25 @@ func TestRestart(t *testing.T) {
 	if left := hostLeftovers(run, keep.ID); len(left) > 0 {
 		t.Fatalf("killed sandbox left %v", left)
 	}
-	// A graceful stop keeps sandboxes too.
+	// A graceful stop keeps sandboxes too, running or paused: a paused one
+	// is listed paused after the restart and resumes with its process and
+	// memory (a counter counts on from where it stood).
 	s3, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	paused, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, err := c.StartProcess(ctx, paused.ID, warden.ExecRequest{Cmd: []string{"python3", "-c",
+		"import itertools, os, time\nfor i in itertools.count():\n    open('/tmp/c.tmp', 'w').write('%d %d' % (os.getpid(), i)); os.replace('/tmp/c.tmp', '/tmp/c'); time.sleep(0.02)\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Close()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := c.PauseSandbox(ctx, paused.ID); err != nil {
 		t.Fatal(err)
 	}
 	d2.stop(syscall.SIGTERM)
@@ -136,7 +153,28 @@ func TestRestart(t *testing.T) {
 	if got, err := c.GetSandbox(ctx, s3.ID); err != nil || got.State != "running" {
 		t.Fatalf("after graceful restart: %+v %v", got, err)
 	}
+	if got, err := c.GetSandbox(ctx, paused.ID); err != nil || got.State != "paused" {
+		t.Fatalf("paused sandbox after restart: %+v %v\n%s", got, err, d3.log)
+	}
+	if _, err := c.ResumeSandbox(ctx, paused.ID); err != nil {
+		t.Fatalf("resume after restart: %v", err)
+	}
+	readCounter := func() (pid, n int) {
+		var out bytes.Buffer
+		if _, err := c.Exec(ctx, paused.ID, warden.ExecRequest{Cmd: []string{"cat", "/tmp/c"}}, warden.ExecIO{Stdout: &out}); err != nil {
+			t.Fatalf("read counter: %v", err)
+		}
+		fmt.Sscan(out.String(), &pid, &n)
+		return
+	}
+	pid1, n1 := readCounter()
+	time.Sleep(200 * time.Millisecond)
+	pid2, n2 := readCounter()
+	if n1 == 0 || pid1 != pid2 || n2 <= n1 {
+		t.Fatalf("counter across pause, restart and resume: pid %d -> %d, count %d -> %d", pid1, pid2, n1, n2)
+	}
 	c.KillSandbox(ctx, s3.ID)
+	c.KillSandbox(ctx, paused.ID)
 }
 
 // TestAuditTamper edits, deletes and reorders audit rows in the database

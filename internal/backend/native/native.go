@@ -988,6 +988,13 @@ func (b *Backend) Purge(id string) {
 		return
 	}
 	b.cleanupOrphan(handleData{Cgroup: "sb-" + id, Dir: filepath.Join(b.cfg.RunDir, id)})
+	// A v1 hierarchy the cgroup library does not manage (another tool, or
+	// an older Warden) may hold the sandbox's cgroup too: remove it where
+	// it is empty (rmdir refuses a cgroup that still has processes).
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/warden/sb-" + id)
+	for _, d := range dirs {
+		os.Remove(d)
+	}
 }
 
 // Orphans lists sandbox directories under the run dir that no live sandbox
