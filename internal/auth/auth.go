@@ -69,6 +69,10 @@ type Authenticator struct {
 
 	mu      sync.Mutex
 	touched map[string]time.Time // key ID -> last last-used write by us
+	// principals caches principals by id: they never change once created
+	// (a key whose principal is deleted goes with it, and the key is read
+	// on every call, so revocation still takes effect at once).
+	principals map[string]store.Principal
 }
 
 // Option configures an Authenticator.
@@ -84,7 +88,8 @@ func WithTouchInterval(d time.Duration) Option {
 
 // New returns an Authenticator over st.
 func New(st store.Store, opts ...Option) *Authenticator {
-	a := &Authenticator{st: st, now: time.Now, touchInterval: DefaultTouchInterval, touched: map[string]time.Time{}}
+	a := &Authenticator{st: st, now: time.Now, touchInterval: DefaultTouchInterval, touched: map[string]time.Time{},
+		principals: map[string]store.Principal{}}
 	for _, o := range opts {
 		o(a)
 	}
@@ -114,9 +119,19 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Identi
 	if !rec.RevokedAt.IsZero() {
 		return Identity{}, ErrRevoked
 	}
-	p, err := a.st.GetPrincipal(ctx, rec.PrincipalID)
-	if err != nil {
-		return Identity{}, fmt.Errorf("authenticate: key %s: %w", rec.ID, err)
+	a.mu.Lock()
+	p, ok := a.principals[rec.PrincipalID]
+	a.mu.Unlock()
+	if !ok {
+		if p, err = a.st.GetPrincipal(ctx, rec.PrincipalID); err != nil {
+			return Identity{}, fmt.Errorf("authenticate: key %s: %w", rec.ID, err)
+		}
+		a.mu.Lock()
+		if len(a.principals) > 10000 {
+			clear(a.principals)
+		}
+		a.principals[p.ID] = p
+		a.mu.Unlock()
 	}
 	a.touch(ctx, rec)
 	scopes := make([]Scope, len(rec.Scopes))

@@ -16,6 +16,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -98,8 +99,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if publicURL == "" && cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
+	// One Authenticator for both APIs: a key revoked through either is
+	// refused by both at once (it caches key records briefly).
+	authn := auth.New(st)
 	srv, err := api.New(api.Config{
-		Manager: mgr, Store: st, Auth: auth.New(st), Audit: alog, Logger: log,
+		Manager: mgr, Store: st, Auth: authn, Audit: alog, Logger: log,
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
 		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b},
@@ -152,7 +156,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		tokenKey, err := loadOrCreateSecret(filepath.Join(cfg.StateDir, E2BKeyFile))
 		if err == nil {
 			var es *e2b.Server
-			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: auth.New(st), Audit: alog, Logger: log.With("api", "e2b"),
+			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: authn, Audit: alog, Logger: log.With("api", "e2b"),
 				TokenKey: tokenKey, MaxTimeout: cfg.MaxTimeout, Domain: cfg.E2BDomain})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
@@ -301,6 +305,9 @@ func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("debug listener %s: %w", addr, err)
 	}
+	// Contention profiles too (/debug/pprof/block, /debug/pprof/mutex).
+	runtime.SetBlockProfileRate(10_000) // one event per 10 µs blocked
+	runtime.SetMutexProfileFraction(10)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
