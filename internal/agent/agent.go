@@ -11,6 +11,7 @@
 //	GET  /tar?path=        a directory as a tar stream
 //	POST /tar?path=        extract a tar stream safely under path
 //	GET  /port?port=       204 when a TCP port inside the sandbox accepts connections (ready checks)
+//	POST /port/connect?port=  a byte stream to a TCP port on the sandbox's loopback (HTTP/2 only)
 //	POST /execute          run code in an interpreter context (NDJSON events)
 //	GET|POST /contexts     list or create interpreter contexts
 //	POST /contexts/{id}/restart, POST /contexts/{id}/interrupt, DELETE /contexts/{id}
@@ -53,6 +54,7 @@ type Agent struct {
 	procs *process.Service
 	files *files.Service
 	code  *interp.Service
+	own   ownPorts // TCP ports the agent serves on, never forwarded to
 }
 
 // New builds an agent.
@@ -102,6 +104,7 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /init", a.serveInit)
 	mux.HandleFunc("GET /port", servePort)
+	mux.HandleFunc("POST "+PortConnectPath, a.servePortConnect)
 	mux.HandleFunc("/files", a.files.ServeFiles)
 	mux.HandleFunc("/tar", a.files.ServeTar)
 	a.code.Register(mux)
@@ -162,6 +165,7 @@ func (a *Agent) Close() {
 
 // Serve serves the agent on ln (HTTP/1.1 and HTTP/2 without TLS) until ctx ends.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	a.own.add(ln.Addr())
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)

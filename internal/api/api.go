@@ -18,11 +18,14 @@
 //     counter and latency histogram by route pattern;
 //  3. panic recovery: a panicking handler is logged with its stack and
 //     answered 500 internal when nothing was written yet;
-//  4. path hygiene: a URL path with empty, "." or ".." segments is a 400
+//  4. preview hosts: with Config.PreviewDomain set, a request for
+//     {port}-{id}.{domain} goes to the sandbox port proxy (preview.go),
+//     never to the router;
+//  5. path hygiene: a URL path with empty, "." or ".." segments is a 400
 //     (ServeMux would redirect it in plain text);
-//  5. the router (net/http ServeMux patterns); unknown routes and methods
+//  6. the router (net/http ServeMux patterns); unknown routes and methods
 //     get a JSON 404;
-//  6. per route, in serve: authentication (Bearer API key, 401), the
+//  7. per route, in serve: authentication (Bearer API key, 401), the
 //     route's scope (403 naming the scope), the handler (which reads JSON
 //     bodies through a 1 MiB limit, 413, and checks sandbox ownership: a
 //     sandbox the caller may not see is 404, not 403), then the error
@@ -105,6 +108,10 @@ type Config struct {
 	// routes that need it answer 503.
 	Templates *template.Store
 	Builder   *build.Builder
+	// PreviewDomain, when set, serves sandbox ports by host as well as by
+	// path: requests for {port}-{sandbox id}.{PreviewDomain} are proxied
+	// to that port (see preview.go).
+	PreviewDomain string
 }
 
 // Server serves the Warden HTTP API.
@@ -120,6 +127,11 @@ type Server struct {
 	limits     *limiters
 	handler    http.Handler
 	now        func() time.Time
+
+	// Ports and preview URLs (preview.go).
+	previewDomain string
+	ports         publicPorts
+	previewTr     *http.Transport
 }
 
 // New builds a Server. Set the manager's OnEnd hook to SandboxEnded so that
@@ -149,6 +161,8 @@ func New(cfg Config) (*Server, error) {
 		s.log.Warn("no presign key configured; presigned URLs will not survive a restart")
 	}
 	s.cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	s.previewDomain = strings.Trim(strings.ToLower(cfg.PreviewDomain), ".")
+	s.previewTr = s.newPreviewTransport()
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -170,6 +184,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // for sandbox.Manager.OnEnd and does not block.
 func (s *Server) SandboxEnded(sb store.Sandbox) {
 	s.metrics.ended.WithLabelValues(sb.State).Inc()
+	s.ports.forget(sb.ID)
 	// A sandbox can end without an API call (timeout, exit, lost after a
 	// restart): the daemon itself records that in the audit log.
 	detail, _ := json.Marshal(map[string]string{"state": sb.State, "reason": sb.EndReason})
@@ -246,6 +261,13 @@ func (s *Server) routes() http.Handler {
 		{pattern: "GET /v1/presigned/files", action: "file.presigned_read", public: true, audited: true, h: s.presignedRead},
 		{pattern: "PUT /v1/presigned/files", action: "file.presigned_write", public: true, audited: true, h: s.presignedWrite},
 
+		{pattern: "POST /v1/sandboxes/{id}/ports/{port}", action: "port.publish", scope: auth.ScopeSandboxesExec, audited: true, h: s.publishPort},
+		{pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", action: "port.unpublish", scope: auth.ScopeSandboxesExec, audited: true, h: s.unpublishPort},
+		{pattern: "POST /v1/sandboxes/{id}/ports/{port}/url", action: "port.url", scope: auth.ScopeSandboxesExec, audited: true, h: s.previewURL},
+		// Any method; authorised inside (API key, preview token or public port).
+		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", action: "port.proxy", public: true, h: s.proxyByPath},
+		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy", action: "port.proxy", public: true, h: s.proxyRoot},
+
 		{pattern: "GET /v1/whoami", action: "identity.whoami", h: s.whoami},
 		{pattern: "POST /v1/principals", action: "principal.create", scope: auth.ScopeAdmin, audited: true, h: s.createPrincipal},
 		{pattern: "GET /v1/principals", action: "principal.list", scope: auth.ScopeAdmin, h: s.listPrincipals},
@@ -269,7 +291,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.pattern, s.serve(rt))
 	}
 	mux.Handle("/", s.serve(route{pattern: "unmatched", public: true, h: noRoute}))
-	return s.requestID(s.accessLog(s.recoverPanics(limitHeaders(cleanPaths(mux)))))
+	return s.requestID(s.accessLog(s.recoverPanics(limitHeaders(s.routePreviewHosts(cleanPaths(mux))))))
 }
 
 // MaxHeaderBytes bounds a request's header lines. Larger headers (up to the

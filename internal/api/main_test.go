@@ -117,6 +117,7 @@ func setup(dir string) error {
 	env.srv, err = New(Config{
 		Manager: env.mgr, Store: st, Auth: env.auth, Audit: env.audit, Logger: log,
 		PresignKey: []byte("test presign key"), Version: "test",
+		PreviewDomain: testPreviewDomain,
 	})
 	if err != nil {
 		return err

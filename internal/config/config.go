@@ -38,6 +38,11 @@ type Config struct {
 	// sandbox's port (for users with wildcard DNS), and create/connect
 	// responses carry it as "domain".
 	E2BDomain string `yaml:"e2b_domain"`
+	// PreviewDomain, when set, serves sandbox ports by host on the API
+	// listener: requests for {port}-{sandboxID}.{PreviewDomain} reach that
+	// port of the sandbox (for users with wildcard DNS pointing at wardend),
+	// and preview URLs come in that form as well as by path.
+	PreviewDomain string `yaml:"preview_domain"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.
@@ -111,6 +116,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	agent := fs.String("agent", "", "warden-agent binary (default: next to wardend; env WARDEN_AGENT)")
 	e2bListen := fs.String("e2b-listen", "", "TCP address of the E2B-compatible API, \"\" (the default) disables it (env WARDEN_E2B_LISTEN)")
 	e2bDomain := fs.String("e2b-domain", "", "domain of E2B host routing ({port}-{id}.DOMAIN); \"\" (the default) routes by headers only (env WARDEN_E2B_DOMAIN)")
+	previewDomain := fs.String("preview-domain", "", "serve sandbox ports at {port}-{id}.DOMAIN as well as by path; \"\" (the default) serves them by path only (env WARDEN_PREVIEW_DOMAIN)")
 	debugListen := fs.String("debug-listen", "", "serve Go's profiler (pprof) on this address, such as 127.0.0.1:6060; no authentication (env WARDEN_DEBUG_LISTEN)")
 	publicURL := fs.String("public-url", "", "base URL for presigned file URLs (env WARDEN_PUBLIC_URL)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env WARDEN_LOG_LEVEL)")
@@ -161,6 +167,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	set(&c.PublicURL, *publicURL, "WARDEN_PUBLIC_URL")
 	set(&c.E2BListen, *e2bListen, "WARDEN_E2B_LISTEN")
 	set(&c.E2BDomain, *e2bDomain, "WARDEN_E2B_DOMAIN")
+	set(&c.PreviewDomain, *previewDomain, "WARDEN_PREVIEW_DOMAIN")
 	set(&c.DebugListen, *debugListen, "WARDEN_DEBUG_LISTEN")
 	set(&c.LogLevel, *logLevel, "WARDEN_LOG_LEVEL")
 	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
@@ -224,6 +231,9 @@ func (c *Config) Validate() error {
 	if c.E2BDomain != "" && (strings.ContainsAny(c.E2BDomain, "/: ") || strings.HasPrefix(c.E2BDomain, ".") || !strings.Contains(c.E2BDomain, ".") && c.E2BDomain != "localhost") {
 		return fmt.Errorf("config: e2b_domain %q is not a domain name", c.E2BDomain)
 	}
+	if c.PreviewDomain != "" && !domainName(c.PreviewDomain) {
+		return fmt.Errorf("config: preview_domain %q is not a domain name", c.PreviewDomain)
+	}
 	if c.E2BListen != "" {
 		if _, _, err := net.SplitHostPort(c.E2BListen); err != nil {
 			return fmt.Errorf("config: e2b_listen %q: %w", c.E2BListen, err)
@@ -264,4 +274,11 @@ func (c *Config) Validate() error {
 		return errors.New("config: pool_size must be between 0 and 1000")
 	}
 	return nil
+}
+
+// domainName reports whether d looks like a domain name (for the host
+// routing domains): no scheme, port, path or space, not starting with a dot,
+// and with a dot unless it is localhost.
+func domainName(d string) bool {
+	return !strings.ContainsAny(d, "/: ") && !strings.HasPrefix(d, ".") && (strings.Contains(d, ".") || d == "localhost")
 }

@@ -92,3 +92,29 @@ func TestE2BListen(t *testing.T) {
 		}
 	}
 }
+
+func TestPreviewDomain(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil || c.PreviewDomain != "" {
+		t.Fatalf("default preview_domain = %q, %v; want off", c.PreviewDomain, err)
+	}
+	file := filepath.Join(t.TempDir(), "w.yaml")
+	os.WriteFile(file, []byte("version: 1\npreview_domain: preview.example.com\n"), 0o600)
+	c, err = load(t, []string{"--config", file}, nil)
+	if err != nil || c.PreviewDomain != "preview.example.com" {
+		t.Fatalf("file: preview_domain = %q, %v", c.PreviewDomain, err)
+	}
+	c, err = load(t, []string{"--config", file}, map[string]string{"WARDEN_PREVIEW_DOMAIN": "env.example.com"})
+	if err != nil || c.PreviewDomain != "env.example.com" {
+		t.Fatalf("env: preview_domain = %q, %v", c.PreviewDomain, err)
+	}
+	c, err = load(t, []string{"--config", file, "--preview-domain", "flag.example.com"}, map[string]string{"WARDEN_PREVIEW_DOMAIN": "env.example.com"})
+	if err != nil || c.PreviewDomain != "flag.example.com" {
+		t.Fatalf("flag: preview_domain = %q, %v", c.PreviewDomain, err)
+	}
+	for _, bad := range []string{"https://x.example.com", "x.example.com:8080", ".example.com", "nodot"} {
+		if _, err := load(t, []string{"--preview-domain", bad}, nil); err == nil || !strings.Contains(err.Error(), "preview_domain") {
+			t.Errorf("--preview-domain %q: error = %v, want it to mention preview_domain", bad, err)
+		}
+	}
+}

@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
 		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b},
+		PreviewDomain: cfg.PreviewDomain,
 	})
 	if err != nil {
 		return err

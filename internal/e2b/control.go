@@ -262,6 +262,9 @@ type newSandboxRequest struct {
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
+	Network *struct {
+		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	} `json:"network"`
 }
 
 func (s *Server) create(w http.ResponseWriter, c *call) error {
@@ -310,6 +313,10 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 		return err
 	}
 	c.target = sb.ID
+	if q.Network != nil && q.Network.AllowPublicTraffic != nil && *q.Network.AllowPublicTraffic {
+		s.public.set(sb.ID, true)
+		c.detail["public_traffic"] = true
+	}
 	writeJSON(w, http.StatusCreated, s.toSandbox(c, sb))
 	return nil
 }

@@ -81,6 +81,10 @@ type Server struct {
 	signedCount atomic.Int64
 
 	cpu cpuSamples // last CPU reading per sandbox, for cpuUsedPct
+
+	public   publicSandboxes // sandboxes whose user ports need no token
+	portOnce sync.Once
+	ports    *http.Transport // user ports, dialed through the agent
 }
 
 // New returns a Server.

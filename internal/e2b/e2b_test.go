@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -510,7 +511,10 @@ func TestHostRouting(t *testing.T) {
 	if st, body := get("49983-sb-nope.sbx.example.test", "/health", ""); st != 502 || !strings.Contains(body, "sb-nope") {
 		t.Errorf("unknown sandbox by host: %d %s", st, body)
 	}
-	if st, body := get("8080-"+c.SandboxID+".sbx.example.test", "/", ""); st != 502 || !strings.Contains(body, "port is not open") {
+	if st, _ := get("8080-"+c.SandboxID+".sbx.example.test", "/", ""); st != 403 {
+		t.Errorf("user port by host without a token: %d, want 403", st)
+	}
+	if st, body := get("8080-"+c.SandboxID+".sbx.example.test", "/", c.EnvdAccessToken); st != 502 || !strings.Contains(body, "port is not open") {
 		t.Errorf("closed port by host: %d %s", st, body)
 	}
 	// A host of another domain is the control plane, not sandbox traffic.
@@ -589,5 +593,60 @@ func TestMetrics(t *testing.T) {
 	var em map[string]float64
 	if err := json.Unmarshal(body, &em); err != nil || st != 200 || em["cpu_count"] != 1 || em["mem_used"] <= 0 || em["mem_total_mib"] != 512 {
 		t.Errorf("envd /metrics: %d %s", st, body)
+	}
+}
+
+// TestUserPorts: getHost(port) traffic reaches a server in the sandbox
+// through the agent; it needs the traffic token unless the sandbox was
+// created with allowPublicTraffic.
+func TestUserPorts(t *testing.T) {
+	serve := func(sb created) {
+		t.Helper()
+		c, err := env.mgr.Agent(t.Context(), sb.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := c.Start(context.Background(), agentclient.Cmd{Args: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}, Dir: "/etc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { // drain until the sandbox ends
+			for stream.Receive() {
+			}
+			stream.Close()
+		}()
+		for i := 0; i < 100; i++ {
+			if c.CheckPort(t.Context(), 8000) == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatal("http.server did not start")
+	}
+	sb := create(t, env.aKey, nil)
+	defer api(t, env.aKey, "DELETE", "/sandboxes/"+sb.SandboxID, nil)
+	serve(sb)
+	route := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "8000"}
+	st, _, body := do(t, "GET", "/", route, nil)
+	if st != 403 || !strings.Contains(string(body), "traffic access token") {
+		t.Errorf("user port without a token: %d %s", st, body)
+	}
+	route["E2b-Traffic-Access-Token"] = *sb.TrafficAccessToken
+	st, _, body = do(t, "GET", "/", route, nil)
+	if st != 200 || !strings.Contains(string(body), "hostname") {
+		t.Errorf("user port with the traffic token: %d %.200s", st, body)
+	}
+	route["E2b-Sandbox-Port"] = "8001"
+	st, _, body = do(t, "GET", "/", route, nil)
+	if st != 502 || !strings.Contains(string(body), "port is not open") {
+		t.Errorf("closed user port: %d %s", st, body)
+	}
+
+	pub := create(t, env.aKey, map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": true}})
+	defer api(t, env.aKey, "DELETE", "/sandboxes/"+pub.SandboxID, nil)
+	serve(pub)
+	st, _, body = do(t, "GET", "/", map[string]string{"E2b-Sandbox-Id": pub.SandboxID, "E2b-Sandbox-Port": "8000"}, nil)
+	if st != 200 || !strings.Contains(string(body), "hostname") {
+		t.Errorf("public user port without a token: %d %.200s", st, body)
 	}
 }

@@ -233,7 +233,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if port != PortEnvd && port != PortCode {
-		portClosed502(w, id, port)
+		s.userPort(w, r, sb, port)
 		return
 	}
 	path := r.URL.Path

@@ -601,3 +601,50 @@ func TestNewRejectsBadURLs(t *testing.T) {
 		t.Errorf("BaseURL = %q, %v", c.BaseURL(), err)
 	}
 }
+
+func TestPorts(t *testing.T) {
+	var mu sync.Mutex
+	var reqs []string
+	c := newTestClient(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		reqs = append(reqs, r.Method+" "+r.URL.Path+" "+string(b))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/v1/sandboxes/sb-1/ports/8000/url":
+			io.WriteString(w, `{"url":"http://d/v1/sandboxes/sb-1/ports/8000/proxy/?warden_token=1.x","host_url":"http://8000-sb-1.p.example/?warden_token=1.x","expires_at":"2025-01-02T15:09:06Z","public":false}`)
+		case "/v1/sandboxes/sb-1/ports/8000":
+			io.WriteString(w, `{"sandbox_id":"sb-1","port":8000,"public":true,"url":"http://d/v1/sandboxes/sb-1/ports/8000/proxy/"}`)
+		default:
+			writeError(w, 404, CodeNotFound, "no")
+		}
+	}))
+	ctx := context.Background()
+	p, err := c.PreviewURL(ctx, "sb-1", 8000, 90*time.Minute+time.Millisecond)
+	if err != nil || p.HostURL != "http://8000-sb-1.p.example/?warden_token=1.x" || p.ExpiresAt.IsZero() {
+		t.Fatalf("PreviewURL = %+v, %v", p, err)
+	}
+	if _, err := c.PreviewURL(ctx, "sb-1", 8000, 0); err != nil {
+		t.Fatal(err)
+	}
+	port, err := c.PublishPort(ctx, "sb-1", 8000, true)
+	if err != nil || !port.Public || port.Port != 8000 {
+		t.Fatalf("PublishPort = %+v, %v", port, err)
+	}
+	if _, err := c.PublishPort(ctx, "sb-1", 8000, false); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`POST /v1/sandboxes/sb-1/ports/8000/url {"expires_seconds":5401}`,
+		`POST /v1/sandboxes/sb-1/ports/8000/url {}`,
+		`POST /v1/sandboxes/sb-1/ports/8000 {"public":true}`,
+		`POST /v1/sandboxes/sb-1/ports/8000 {"public":false}`,
+	}
+	if strings.Join(reqs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(reqs, "\n"), strings.Join(want, "\n"))
+	}
+	_, err = c.PublishPort(ctx, "sb-2", 8000, false)
+	if !IsNotFound(err) || !strings.Contains(err.Error(), "unpublish port 8000 of sandbox sb-2") {
+		t.Errorf("error = %v", err)
+	}
+}

@@ -24,6 +24,7 @@ const (
 	CodeUnavailable      = "unavailable"       // 503
 	CodeInternal         = "internal"          // 500
 	CodeTimeout          = "timeout"           // 504
+	CodeBadGateway       = "bad_gateway"       // 502
 )
 
 // Error is an error reported by the daemon: an HTTP error response, or an error event

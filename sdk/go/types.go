@@ -287,6 +287,29 @@ type PresignedURL struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// Preview is a signed URL to a sandbox port, from [Client.PreviewURL].
+type Preview struct {
+	// URL reaches the port by path on the daemon's own address:
+	// .../v1/sandboxes/{id}/ports/{port}/proxy/?warden_token=...
+	URL string `json:"url"`
+	// HostURL reaches it by host, {port}-{id}.{preview domain}, when the daemon has a
+	// preview domain; empty otherwise. Each port is then its own browser origin.
+	HostURL   string    `json:"host_url,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Public reports whether the port is published (needs no token at all).
+	Public bool `json:"public"`
+}
+
+// Port is whether a sandbox port is public, from [Client.PublishPort], with its URLs
+// (which need an API key or a token unless the port is public).
+type Port struct {
+	SandboxID string `json:"sandbox_id"`
+	Port      int    `json:"port"`
+	Public    bool   `json:"public"`
+	URL       string `json:"url"`
+	HostURL   string `json:"host_url,omitempty"`
+}
+
 // Principal kinds.
 const (
 	KindUser  = "user"

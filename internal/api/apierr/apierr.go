@@ -53,6 +53,7 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeTimeout          = "timeout"
+	CodeBadGateway       = "bad_gateway"
 )
 
 // statusOf is the HTTP status of every code (x-status in the spec).
@@ -69,6 +70,7 @@ var statusOf = map[string]int{
 	CodeUnavailable:      http.StatusServiceUnavailable,
 	CodeInternal:         http.StatusInternalServerError,
 	CodeTimeout:          http.StatusGatewayTimeout,
+	CodeBadGateway:       http.StatusBadGateway,
 }
 
 // Status returns the HTTP status of a code, 500 for an unknown one.
@@ -401,7 +403,9 @@ func Report(r *http.Request, err error) *Error {
 	switch {
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		log.Debug("request canceled by the client", append(attrs, "err", err)...)
-	case e.Status >= 500:
+	case e.Status >= 500 && e.Code != CodeBadGateway:
+		// bad_gateway is about a program in a sandbox (nothing listens on
+		// the proxied port), not the daemon: logged like a refusal.
 		log.Error("request failed", append(attrs, "err", err)...)
 	default:
 		log.Debug("request refused", append(attrs, "err", err)...)

@@ -1,0 +1,127 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/warden-sandbox/warden/internal/agentclient"
+	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// User ports (getHost(port)): any port other than envd's and the code
+// interpreter's is reverse-proxied to 127.0.0.1:port inside the sandbox,
+// through the agent (agentclient.DialPort), HTTP and WebSocket.
+//
+// Warden is secure by default where E2B is not: a user port needs the
+// sandbox's traffic access token (header e2b-traffic-access-token, or the
+// envd access token) unless the sandbox was created with
+// network.allowPublicTraffic: true. E2B's default is public; the token is in
+// every create response, so clients that send it work either way.
+
+// publicSandboxes remembers which sandboxes asked for public user ports.
+// In memory: after a daemon restart every sandbox's ports are private
+// again (the safe direction).
+type publicSandboxes struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (p *publicSandboxes) set(id string, public bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]bool{}
+	}
+	if public {
+		p.m[id] = true
+	} else {
+		delete(p.m, id)
+	}
+}
+
+func (p *publicSandboxes) is(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[id]
+}
+
+// portTransport dials "{sandbox id}:{port}" through the sandbox's agent.
+func (s *Server) portTransport() *http.Transport {
+	s.portOnce.Do(func() {
+		s.ports = &http.Transport{
+			Proxy: nil,
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+				id, ps, err := net.SplitHostPort(addr)
+				if err != nil {
+					return nil, err
+				}
+				port, err := strconv.Atoi(ps)
+				if err != nil {
+					return nil, err
+				}
+				agent, err := s.cfg.Manager.Agent(ctx, id)
+				if err != nil {
+					return nil, err
+				}
+				return agent.DialPort(ctx, port)
+			},
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     30 * time.Second,
+			DisableCompression:  true,
+		}
+	})
+	return s.ports
+}
+
+// userPort serves traffic to a user port of a running sandbox.
+func (s *Server) userPort(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int) {
+	id := sb.ID
+	if !s.public.is(id) && !eq(r.Header.Get(hdrTraffic), s.TrafficToken(id)) && !eq(r.Header.Get(hdrAccessToken), s.EnvdToken(id)) {
+		writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "code": 403,
+			"message": "Sandbox is secured with traffic access token. Provide the envd or traffic access token."})
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = id + ":" + strconv.Itoa(port)
+			pr.Out.Host = r.Host
+			pr.SetXForwarded()
+			for _, h := range []string{hdrSandboxID, hdrSandboxPort, hdrAccessToken, hdrTraffic, "X-Api-Key"} {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport:     s.portTransport(),
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var pe *agentclient.PortError
+			if !errors.As(err, &pe) {
+				s.log.Debug("e2b: proxy to user port", "sandbox", id, "port", port, "err", err)
+			}
+			if !sw.started() {
+				portClosed502(w, id, port)
+			}
+		},
+	}
+	rp.ServeHTTP(sw, r)
+	if sw.status >= 400 || sw.status == 0 {
+		return
+	}
+	// Connections to user ports are audited once per request that opened a
+	// connection upgrade (WebSocket), not per HTTP request (a web app makes
+	// many); denials above are answered without an audit event, as envd's.
+	if sw.status == http.StatusSwitchingProtocols {
+		s.cfg.Audit.Append(context.WithoutCancel(r.Context()), audit.Event{
+			PrincipalID: "system", Action: "e2b.port.upgrade", Target: id, Outcome: audit.OutcomeSuccess,
+			Detail: []byte(`{"port":` + strconv.Itoa(port) + `}`),
+		})
+	}
+}
