@@ -6,7 +6,7 @@
 # test). Idempotent: skips what is there.
 set -euo pipefail
 need=()
-for pair in python3:python3 git:git bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux debootstrap:debootstrap tar:tar; do
+for pair in python3:python3 git:git ip:iproute2 bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux debootstrap:debootstrap tar:tar; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done

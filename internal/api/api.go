@@ -180,6 +180,11 @@ func New(cfg Config) (*Server, error) {
 // Handler returns the API's HTTP handler, middleware included.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// RegisterCollector adds a collector to the registry /metrics serves.
+func (s *Server) RegisterCollector(c prometheus.Collector) error {
+	return s.metrics.reg.Register(c)
+}
+
 // SandboxEnded records that a sandbox reached a terminal state. It is meant
 // for sandbox.Manager.OnEnd and does not block.
 func (s *Server) SandboxEnded(sb store.Sandbox) {
@@ -230,6 +235,8 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, h: s.pauseSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, h: s.resumeSandbox},
 		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, h: s.usage},
+		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, h: s.getNetwork},
+		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setNetwork},
 
 		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, h: s.exec},
 		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, h: s.listProcesses},

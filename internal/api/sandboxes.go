@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/spec"
@@ -48,6 +50,8 @@ type sandboxJSON struct {
 	// Lifecycle: pause instead of kill at the timeout, resume on a call.
 	AutoPause  bool `json:"auto_pause"`
 	AutoResume bool `json:"auto_resume"`
+	// Network is the sandbox's network policy (mode none: loopback only).
+	Network network.Policy `json:"network"`
 }
 
 func toSandbox(sb store.Sandbox) sandboxJSON {
@@ -58,6 +62,7 @@ func toSandbox(sb store.Sandbox) sandboxJSON {
 		User: sb.User, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.UTC(), StartedAt: sb.StartedAt.UTC(), ExpiresAt: sb.ExpiresAt.UTC(),
 		AutoPause: sb.Lifecycle.AutoPause, AutoResume: sb.Lifecycle.AutoResume,
+		Network: networkPolicy(sb),
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
@@ -88,6 +93,7 @@ type createSandboxRequest struct {
 	Workdir        *string           `json:"workdir"`
 	AutoPause      *bool             `json:"auto_pause"`
 	AutoResume     *bool             `json:"auto_resume"`
+	Network        *network.Policy   `json:"network"`
 }
 
 func (q *createSandboxRequest) validate() error {
@@ -189,6 +195,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		Workdir:    deref(q.Workdir),
 		AutoPause:  deref(q.AutoPause),
 		AutoResume: deref(q.AutoResume),
+		Network:    q.Network,
 	})
 	oc := "success"
 	if err != nil {
@@ -348,4 +355,41 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 		"cpu_nanos": u.CPUNanos, "memory_bytes": u.MemoryBytes, "memory_peak": u.MemoryPeak,
 		"pids": u.Pids, "disk_bytes": u.DiskBytes, "oom_events": u.OOMEvents,
 	})
+}
+
+// networkPolicy decodes a record's stored policy (none when empty).
+func networkPolicy(sb store.Sandbox) network.Policy {
+	p := network.Policy{Mode: network.ModeNone}
+	if len(sb.Network) > 0 {
+		json.Unmarshal(sb.Network, &p)
+	}
+	return p
+}
+
+// getNetwork answers a sandbox's network policy and traffic counters.
+func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, s.mgr.Network(sb))
+}
+
+// setNetwork replaces a running sandbox's network policy.
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
+	var p network.Policy
+	if err := decodeJSON(r, &p, true); err != nil {
+		return err
+	}
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	st := stateOf(r)
+	st.detail["mode"] = string(p.Mode)
+	st.detail["rules"] = len(p.Allow)
+	if sb, err = s.mgr.SetNetwork(r.Context(), sb.ID, p); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, s.mgr.Network(sb))
 }

@@ -14,6 +14,7 @@ func sandboxCmd() *command {
 			sandboxPauseCmd(),
 			sandboxResumeCmd(),
 			sandboxUsageCmd(),
+			sandboxNetCmd(),
 			sandboxURLCmd(),
 		},
 	}

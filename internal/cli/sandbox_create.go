@@ -13,6 +13,8 @@ func sandboxCreateCmd() *command {
 		timeout durationFlag
 		env     kvFlag
 		meta    kvFlag
+		netMode string
+		allow   string
 	)
 	c := &command{
 		name:  "create",
@@ -22,6 +24,7 @@ func sandboxCreateCmd() *command {
 		examples: []string{
 			"warden sandbox create",
 			"id=$(warden sandbox create --template base --memory 1024 --timeout 1h --meta job=42)",
+			"warden sandbox create --net allowlist --allow pypi.org,files.pythonhosted.org,*.github.com",
 		},
 		json: true,
 	}
@@ -38,6 +41,8 @@ func sandboxCreateCmd() *command {
 		fs.String(&req.Workdir, "workdir", "D", "working directory of processes (default: the template's)")
 		fs.Bool(&req.AutoPause, "auto-pause", "pause at the timeout instead of being killed")
 		fs.Bool(&req.AutoResume, "auto-resume", "resume when a call reaches the sandbox while paused")
+		fs.String(&netMode, "net", "MODE", "network: none (loopback only, the default), allowlist or open")
+		fs.String(&allow, "allow", "LIST", "with --net allowlist: hosts (*.example.com), CIDRs, each with :PORT\nto pick ports (default 80 and 443), comma-separated")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 0 {
@@ -47,6 +52,13 @@ func sandboxCreateCmd() *command {
 			return usageErr(c, "--env %v", err)
 		}
 		req.Env, req.Metadata, req.TimeoutSeconds = env.m, meta.m, timeout.secs
+		if netMode != "" || allow != "" {
+			p, err := parseNetwork(netMode, allow)
+			if err != nil {
+				return usageErr(c, "%v", err)
+			}
+			req.Network = &p
+		}
 		cl, err := r.client()
 		if err != nil {
 			return err

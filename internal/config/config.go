@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -43,6 +44,8 @@ type Config struct {
 	// port of the sandbox (for users with wildcard DNS pointing at wardend),
 	// and preview URLs come in that form as well as by path.
 	PreviewDomain string `yaml:"preview_domain"`
+	// Network configures sandbox networking (see docs/networking.md).
+	Network NetworkConfig `yaml:"network"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.
@@ -102,6 +105,21 @@ func Default() Config {
 		HeaderTimeout:   10 * time.Second,
 		IdleTimeout:     2 * time.Minute,
 	}
+}
+
+// NetworkConfig is the operator's part of sandbox networking.
+type NetworkConfig struct {
+	// Disabled turns sandbox networking off: every sandbox has loopback
+	// only, whatever it asks for.
+	Disabled bool `yaml:"disabled"`
+	// DNSUpstream is the resolver Warden's DNS forwards allowed names to
+	// ("host[:port]", comma-separated); default: the host's resolv.conf.
+	DNSUpstream string `yaml:"dns_upstream"`
+	// AllowPrivate lists private ranges (CIDRs) sandboxes may reach when
+	// their policy allows them; by default none is reachable.
+	AllowPrivate []string `yaml:"allow_private"`
+	// Deny lists more ranges no sandbox may reach.
+	Deny []string `yaml:"deny"`
 }
 
 // Load builds the configuration from args (flags) and getenv. The file is
@@ -230,6 +248,13 @@ func (c *Config) Validate() error {
 	}
 	if c.E2BDomain != "" && (strings.ContainsAny(c.E2BDomain, "/: ") || strings.HasPrefix(c.E2BDomain, ".") || !strings.Contains(c.E2BDomain, ".") && c.E2BDomain != "localhost") {
 		return fmt.Errorf("config: e2b_domain %q is not a domain name", c.E2BDomain)
+	}
+	for _, list := range [][]string{c.Network.AllowPrivate, c.Network.Deny} {
+		for _, cidr := range list {
+			if _, err := netip.ParsePrefix(cidr); err != nil {
+				return fmt.Errorf("config: network: %q is not a CIDR: %w", cidr, err)
+			}
+		}
 	}
 	if c.PreviewDomain != "" && !domainName(c.PreviewDomain) {
 		return fmt.Errorf("config: preview_domain %q is not a domain name", c.PreviewDomain)

@@ -8,12 +8,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -28,6 +30,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/e2b"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
 	"github.com/warden-sandbox/warden/internal/template"
@@ -95,6 +98,27 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
 		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
+	var netm *network.Manager
+	if !cfg.Network.Disabled {
+		ncfg := network.Config{DNSUpstream: cfg.Network.DNSUpstream,
+			OnDeny: func(sb, target, reason string) { auditNetwork(alog, log, "network.deny", sb, target, reason) },
+			OnQuery: func(sb, name, qtype, decision string) {
+				log.Debug("sandbox dns query", "sandbox", sb, "name", name, "type", qtype, "decision", decision)
+			},
+		}
+		for _, c := range cfg.Network.AllowPrivate {
+			ncfg.AllowPrivate = append(ncfg.AllowPrivate, netip.MustParsePrefix(c))
+		}
+		for _, c := range cfg.Network.Deny {
+			ncfg.Deny = append(ncfg.Deny, netip.MustParsePrefix(c))
+		}
+		if netm, err = network.New(ncfg); err != nil {
+			log.Warn("sandbox networking unavailable: sandboxes get loopback only", "err", err)
+			netm = nil
+		} else {
+			mgr.Net = netm
+		}
+	}
 	publicURL := cfg.PublicURL
 	if publicURL == "" && cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
@@ -111,6 +135,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	})
 	if err != nil {
 		return err
+	}
+	if netm != nil {
+		if err := srv.RegisterCollector(netm); err != nil {
+			return err
+		}
 	}
 	mgr.OnEnd = srv.SandboxEnded
 	mgr.OnEvent = srv.SandboxEvent
@@ -323,4 +352,15 @@ func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
 	go ds.Serve(ln)
 	log.Warn("profiler listening (no authentication)", "addr", ln.Addr().String())
 	return nil
+}
+
+// auditNetwork records a network decision in the audit log under the
+// principal "system" (the sandbox's own traffic, not an API call).
+func auditNetwork(alog *audit.Logger, log *slog.Logger, action, sandboxID, target, reason string) {
+	detail, _ := json.Marshal(map[string]string{"target": target, "reason": reason})
+	if _, err := alog.Append(context.Background(), audit.Event{
+		PrincipalID: "system", Action: action, Target: sandboxID, Outcome: audit.OutcomeDenied, Detail: detail,
+	}); err != nil {
+		log.Error("append audit event", "action", action, "sandbox", sandboxID, "err", err)
+	}
 }

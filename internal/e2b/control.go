@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
@@ -263,8 +265,47 @@ type newSandboxRequest struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
 	Network *struct {
-		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+		AllowOut           []string `json:"allowOut"`
+		DenyOut            []string `json:"denyOut"`
 	} `json:"network"`
+	AllowInternetAccess *bool `json:"allow_internet_access"`
+}
+
+// networkPolicy maps E2B's network options onto a Warden policy:
+// allow_internet_access false is none and true is open; network.allowOut
+// (domains, IPs, CIDRs) is an allowlist on ports 80 and 443, with
+// network.denyOut accepted only as the catch-all (0.0.0.0/0, ::/0) that an
+// allowlist implies. Left out, the sandbox gets none: Warden denies by
+// default where E2B allows.
+func (q *newSandboxRequest) networkPolicy() (*network.Policy, error) {
+	if q.Network != nil && len(q.Network.AllowOut) > 0 {
+		p := &network.Policy{Mode: network.ModeAllowlist}
+		for _, a := range q.Network.AllowOut {
+			r := network.Rule{}
+			if pfx, err := netip.ParsePrefix(a); err == nil {
+				r.CIDR = pfx.String()
+			} else if ip, err := netip.ParseAddr(a); err == nil {
+				r.CIDR = netip.PrefixFrom(ip, ip.BitLen()).String()
+			} else {
+				r.Host = a
+			}
+			p.Allow = append(p.Allow, r)
+		}
+		for _, d := range q.Network.DenyOut {
+			if d != "0.0.0.0/0" && d != "::/0" {
+				return nil, errf(http.StatusBadRequest, "network.denyOut %q: Warden supports denyOut only as 0.0.0.0/0 with allowOut (everything else is denied by the allowlist)", d)
+			}
+		}
+		return p, nil
+	}
+	if q.Network != nil && len(q.Network.DenyOut) > 0 {
+		return nil, errf(http.StatusBadRequest, "network.denyOut without allowOut is not supported by Warden; use allow_internet_access: false")
+	}
+	if q.AllowInternetAccess != nil && *q.AllowInternetAccess {
+		return &network.Policy{Mode: network.ModeOpen}, nil
+	}
+	return nil, nil
 }
 
 func (s *Server) create(w http.ResponseWriter, c *call) error {
@@ -305,9 +346,16 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 			}
 		})
 	}
+	netp, err := q.networkPolicy()
+	if err != nil {
+		return err
+	}
+	if netp != nil {
+		c.detail["network"] = string(netp.Mode)
+	}
 	sb, err := s.cfg.Manager.Create(c.r.Context(), sandbox.CreateRequest{
 		Owner: c.ident.Principal.ID, Template: tmpl, Env: q.EnvVars, Metadata: q.Metadata, Timeout: timeout,
-		AutoPause: autoPause, AutoResume: autoResume,
+		AutoPause: autoPause, AutoResume: autoResume, Network: netp,
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend/native"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
@@ -102,6 +103,14 @@ func setup(dir string) error {
 		return err
 	}
 	env.mgr = sandbox.New(sandbox.Config{}, st, b, mustStore(filepath.Join(dir, "templates")), log)
+	// Real sandbox networking, as wardend has it (E2B's create sends
+	// allow_internet_access); its DNS upstream is a closed local port, so
+	// nothing leaves the machine.
+	nm, err := network.New(network.Config{DNSUpstream: "127.0.0.1:9"})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	env.mgr.Net = nm
 	env.srv, err = New(Config{Manager: env.mgr, Auth: authn, Audit: env.audit, Logger: log,
 		TokenKey: []byte("test e2b token key, 32 bytes...")})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warden-sandbox/warden/internal/network"
 	"log/slog"
 	"net"
 	"strings"
@@ -84,6 +85,8 @@ type CreateRequest struct {
 	// AutoResume resumes a paused sandbox when a call reaches it.
 	AutoPause  bool
 	AutoResume bool
+	// Network is the sandbox's network policy; nil means none (loopback).
+	Network *network.Policy
 }
 
 // Manager runs sandboxes on one backend.
@@ -101,7 +104,12 @@ type Manager struct {
 	mu      sync.Mutex
 	handles map[string]backend.Handle
 	clients map[string]*agentclient.Client
+	links   map[string]*network.Link
 	running int
+
+	// Net, if set, gives sandboxes their network (see network.go); without
+	// it every sandbox has loopback only.
+	Net *network.Manager
 
 	// OnEnd, if set, is called once when a sandbox reaches a terminal state
 	// (for audit and metrics). It must not block.
@@ -124,7 +132,7 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 	}
 	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log,
 		pool: make(chan pooled, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1),
-		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}}
+		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}, links: map[string]*network.Link{}}
 }
 
 // NewID returns a fresh sandbox id: "sb-" and 16 lowercase base32 characters.
@@ -174,6 +182,16 @@ func (m *Manager) validate(req *CreateRequest) error {
 	}
 	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
 		return fmt.Errorf("%w: workdir must be an absolute path", ErrInvalid)
+	}
+	if req.Network != nil {
+		p, err := req.Network.Normalized()
+		if err != nil {
+			return fmt.Errorf("%w: network: %w", ErrInvalid, err)
+		}
+		if p.Mode != network.ModeNone && m.Net == nil {
+			return fmt.Errorf("%w: network mode %s: this daemon has no sandbox networking", ErrInvalid, p.Mode)
+		}
+		req.Network = &p
 	}
 	if _, ok := m.b.(backend.Pauser); (req.AutoPause || req.AutoResume) && (!ok || !m.b.Capabilities().Pause) {
 		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, m.b.ID())
@@ -252,7 +270,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	spec.Limits = spec.Limits.WithDefaults()
 	now := time.Now().UTC()
 	sb := store.Sandbox{
-		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
 		CreatedAt: now, ExpiresAt: now.Add(req.Timeout),
@@ -278,6 +296,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		m.finish(bctx, id, StateFailed, "start failed: "+err.Error())
 		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
+	}
+	if err := m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
+		m.b.Delete(bctx, h)
+		m.dropHandle(id)
+		m.finish(bctx, id, StateFailed, err.Error())
+		return store.Sandbox{}, err
 	}
 	if tm.Start != nil {
 		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
@@ -316,6 +340,7 @@ func (m *Manager) setHandle(id string, h backend.Handle) {
 }
 
 func (m *Manager) dropHandle(id string) {
+	m.closeNetwork(id)
 	m.mu.Lock()
 	delete(m.handles, id)
 	if c, ok := m.clients[id]; ok {
@@ -383,7 +408,7 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	tm, _ := m.tmpl.Get(template.BaseName)
 	id := NewID()
 	sb := store.Sandbox{
-		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
 		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
@@ -397,6 +422,10 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	m.handles[id] = h
 	m.clients[id] = c
 	m.mu.Unlock()
+	if err := m.attachNetwork(bctx, id, h, policyOf(sb)); err != nil {
+		m.kill(bctx, id, StateFailed, err.Error(), true)
+		return store.Sandbox{}, err
+	}
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
 	return sb, nil
@@ -596,6 +625,7 @@ func (m *Manager) kill(ctx context.Context, id string, final State, reason strin
 
 // finish moves a sandbox to a terminal state.
 func (m *Manager) finish(ctx context.Context, id string, final State, reason string) {
+	m.closeNetwork(id)
 	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State).Terminal() {
 			return nil
@@ -674,6 +704,15 @@ func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) 
 		}
 		return nil
 	})
+}
+
+// networkOf is the stored network policy of a create request.
+func networkOf(req CreateRequest) json.RawMessage {
+	if req.Network == nil {
+		return nil
+	}
+	raw, _ := json.Marshal(req.Network)
+	return raw
 }
 
 // lifecycleOf is the stored lifecycle of a create request.
@@ -819,6 +858,11 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 	}
 	if State(sb.State) == StateStarting {
 		m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error { s.State = string(StateRunning); return nil })
+	}
+	// The network stack lived in the old daemon: give the sandbox a new
+	// link with its stored policy.
+	if err := m.attachNetwork(ctx, sb.ID, h, policyOf(sb)); err != nil {
+		m.log.Error("re-attach network after restart", "sandbox", sb.ID, "err", err)
 	}
 	go m.watch(sb.ID, h)
 	m.forwardEvents(sb.ID, h)

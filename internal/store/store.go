@@ -139,9 +139,12 @@ type Sandbox struct {
 	Template   string
 	TemplateID string // content id of the template version it booted from
 	Lifecycle  Lifecycle
-	State      string
-	Owner      string // principal ID
-	Backend    string
+	// Network is the sandbox's network policy as JSON (internal/network
+	// owns its meaning); empty means none.
+	Network json.RawMessage
+	State   string
+	Owner   string // principal ID
+	Backend string
 
 	CPUMillis int64
 	MemoryMB  int64

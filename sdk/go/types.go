@@ -54,6 +54,8 @@ type Sandbox struct {
 	// AutoPause and AutoResume are the sandbox's lifecycle (see CreateSandboxRequest).
 	AutoPause  bool `json:"auto_pause"`
 	AutoResume bool `json:"auto_resume"`
+	// Network is the sandbox's network policy.
+	Network NetworkPolicy `json:"network"`
 }
 
 // CreateSandboxRequest is the body of [Client.CreateSandbox]. Zero fields take the daemon's
@@ -75,6 +77,8 @@ type CreateSandboxRequest struct {
 	AutoPause bool `json:"auto_pause,omitempty"`
 	// AutoResume resumes a paused sandbox when a call (exec, files, code) reaches it.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// Network is the sandbox's network policy; nil means none (loopback only).
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // ListOptions filters and pages [Client.ListSandboxes].

@@ -192,6 +192,8 @@ func From(err error) *Error {
 		return Wrap(CodeValidationFailed, fromSentinel(err, sandbox.ErrUnknownTemplate.Error()), err)
 	case errors.Is(err, sandbox.ErrInvalid):
 		return Wrap(CodeValidationFailed, publicTail(err, "invalid request"), err)
+	case errors.Is(err, sandbox.ErrNoNetwork):
+		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNoNetwork.Error()), err)
 	case errors.Is(err, sandbox.ErrNotReady):
 		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNotReady.Error()), err)
 	case errors.Is(err, build.ErrBuild):

@@ -1027,3 +1027,19 @@ func (b *Backend) ReadHandle(id string) (backend.Handle, error) {
 	}
 	return h, nil
 }
+
+// PID returns the host pid of the sandbox's agent (PID 1 inside), whose
+// namespaces are the sandbox's: the network manager attaches the
+// sandbox's link to its network namespace.
+func (b *Backend) PID(ctx context.Context, h backend.Handle) (int, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return 0, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.state.Pid == 0 {
+		return 0, fmt.Errorf("%s: %w", h.ID, backend.ErrNotRunning)
+	}
+	return bx.state.Pid, nil
+}

@@ -239,7 +239,7 @@ func sandboxArgs(sb store.Sandbox) ([]any, string, error) {
 		sb.ID, sb.Template, sb.State, sb.Owner, sb.Backend, sb.CPUMillis, sb.MemoryMB, sb.DiskMB,
 		env, meta, sb.User, sb.Workdir,
 		nanos(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.ExpiresAt), nanos(sb.EndedAt), sb.EndReason, handle,
-		sb.TemplateID, lifecycle,
+		sb.TemplateID, lifecycle, string(sb.Network),
 	}, meta, nil
 }
 
@@ -260,11 +260,15 @@ func scanSandboxMeta(r scanner, meta *string) (store.Sandbox, error) {
 		created, started, expires, ended sql.NullInt64
 		handle                           []byte
 		lifecycle                        string
+		netw                             string
 	)
 	err := r.Scan(&sb.ID, &sb.Template, &sb.State, &sb.Owner, &sb.Backend, &sb.CPUMillis, &sb.MemoryMB, &sb.DiskMB,
-		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle)
+		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle, &netw)
 	if err != nil {
 		return store.Sandbox{}, err
+	}
+	if netw != "" {
+		sb.Network = json.RawMessage(netw)
 	}
 	if err := json.Unmarshal([]byte(lifecycle), &sb.Lifecycle); err != nil {
 		return store.Sandbox{}, fmt.Errorf("sandbox %s: decode lifecycle: %w", sb.ID, err)

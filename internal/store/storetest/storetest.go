@@ -74,7 +74,7 @@ func mustPrincipal(t *testing.T, s store.Store, id string) store.Principal {
 
 func newSandbox(id, owner string, created time.Time) store.Sandbox {
 	return store.Sandbox{
-		ID: id, Template: "base", TemplateID: "sha256:0123", Lifecycle: store.Lifecycle{AutoPause: true, Timeout: 5 * time.Minute}, State: "starting", Owner: owner, Backend: "native",
+		ID: id, Template: "base", TemplateID: "sha256:0123", Lifecycle: store.Lifecycle{AutoPause: true, Timeout: 5 * time.Minute}, Network: json.RawMessage(`{"mode":"allowlist","allow":[{"host":"pypi.org"}]}`), State: "starting", Owner: owner, Backend: "native",
 		CPUMillis: 1000, MemoryMB: 512, DiskMB: 1024,
 		Env:      map[string]string{"SECRET": "s3cr3t", "PATH": "/usr/bin"},
 		Metadata: map[string]string{"team": "infra"},

@@ -1,0 +1,136 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/network"
+	"github.com/warden-sandbox/warden/internal/store"
+)
+
+// PIDer is implemented by backends whose sandboxes have a host process in
+// the sandbox's network namespace (native: the agent, PID 1 inside), which
+// the network manager attaches the sandbox's link to.
+type PIDer interface {
+	PID(ctx context.Context, h backend.Handle) (int, error)
+}
+
+// ErrNoNetwork is returned for network calls on a daemon or backend
+// without sandbox networking.
+var ErrNoNetwork = errors.New("sandbox networking is not available")
+
+// policyOf decodes a stored policy (empty: none).
+func policyOf(sb store.Sandbox) network.Policy {
+	var p network.Policy
+	if len(sb.Network) > 0 {
+		json.Unmarshal(sb.Network, &p)
+	}
+	if p.Mode == "" {
+		p.Mode = network.ModeNone
+	}
+	return p
+}
+
+// attachNetwork gives a started sandbox its network link with policy p.
+// Without a network manager, only mode none is possible.
+func (m *Manager) attachNetwork(ctx context.Context, id string, h backend.Handle, p network.Policy) error {
+	if m.Net == nil {
+		if p.Mode != "" && p.Mode != network.ModeNone {
+			return fmt.Errorf("%w: this daemon has no network manager", ErrNoNetwork)
+		}
+		return nil
+	}
+	pider, ok := m.b.(PIDer)
+	if !ok {
+		if p.Mode != "" && p.Mode != network.ModeNone {
+			return fmt.Errorf("%w on backend %s", ErrNoNetwork, m.b.ID())
+		}
+		return nil
+	}
+	pid, err := pider.PID(ctx, h)
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	l, err := m.Net.Attach(ctx, id, pid, p)
+	if err != nil {
+		return fmt.Errorf("attach network: %w", err)
+	}
+	m.mu.Lock()
+	if old, ok := m.links[id]; ok {
+		old.Close()
+	}
+	m.links[id] = l
+	m.mu.Unlock()
+	return nil
+}
+
+// closeNetwork ends a sandbox's link.
+func (m *Manager) closeNetwork(id string) {
+	m.mu.Lock()
+	l, ok := m.links[id]
+	delete(m.links, id)
+	m.mu.Unlock()
+	if ok {
+		l.Close()
+	}
+}
+
+// NetworkStatus is a sandbox's policy and traffic.
+type NetworkStatus struct {
+	Policy network.Policy `json:"policy"`
+	Stats  *network.Stats `json:"stats,omitempty"`
+}
+
+// Network returns a sandbox's network policy and, while it runs, its
+// traffic counters.
+func (m *Manager) Network(sb store.Sandbox) NetworkStatus {
+	st := NetworkStatus{Policy: policyOf(sb)}
+	m.mu.Lock()
+	l, ok := m.links[sb.ID]
+	m.mu.Unlock()
+	if ok {
+		s := l.Stats()
+		st.Stats = &s
+	}
+	return st
+}
+
+// SetNetwork changes a running (or paused) sandbox's network policy; new
+// connections follow it at once.
+func (m *Manager) SetNetwork(ctx context.Context, id string, p network.Policy) (store.Sandbox, error) {
+	p, err := p.Normalized()
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("%w: network: %w", ErrInvalid, err)
+	}
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if s := State(sb.State); s != StateRunning && s != StatePaused {
+		return sb, &StateError{ID: id, State: s, Want: string(StateRunning)}
+	}
+	m.mu.Lock()
+	l, ok := m.links[id]
+	h, hok := m.handles[id]
+	m.mu.Unlock()
+	switch {
+	case ok:
+		if err := l.SetPolicy(p); err != nil {
+			return sb, fmt.Errorf("set network policy: %w", err)
+		}
+	case hok:
+		if err := m.attachNetwork(ctx, id, h, p); err != nil {
+			return sb, err
+		}
+	default:
+		return sb, fmt.Errorf("%w: sandbox %s has no live handle", ErrNoNetwork, id)
+	}
+	raw, _ := json.Marshal(p)
+	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		s.Network = raw
+		return nil
+	})
+}
