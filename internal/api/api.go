@@ -56,6 +56,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/secrets"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
 )
@@ -108,6 +109,10 @@ type Config struct {
 	// routes that need it answer 503.
 	Templates *template.Store
 	Builder   *build.Builder
+	// Secrets is the secret store behind brokered credentials; SecretHooks
+	// hands new grants to running sandboxes. Nil Secrets: the routes 503.
+	Secrets     *secrets.Vault
+	SecretHooks SecretHooks
 	// PreviewDomain, when set, serves sandbox ports by host as well as by
 	// path: requests for {port}-{sandbox id}.{PreviewDomain} are proxied
 	// to that port (see preview.go).
@@ -289,6 +294,14 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/templates/import", action: "template.import", scope: auth.ScopeTemplatesWrite, audited: true, h: s.importTemplate},
 		{pattern: "GET /v1/template-store/usage", action: "template.usage", scope: auth.ScopeTemplatesRead, h: s.templateUsage},
 		{pattern: "POST /v1/template-store/gc", action: "template.gc", scope: auth.ScopeTemplatesWrite, audited: true, h: s.templateGC},
+
+		{pattern: "POST /v1/secrets", action: "secret.put", scope: auth.ScopeSecretsWrite, audited: true, h: s.putSecret},
+		{pattern: "GET /v1/secrets", action: "secret.list", scope: auth.ScopeSecretsRead, h: s.listSecrets},
+		{pattern: "POST /v1/secrets/{id}/revoke", action: "secret.revoke", scope: auth.ScopeSecretsWrite, audited: true, h: s.revokeSecret},
+		{pattern: "DELETE /v1/secrets/{id}", action: "secret.delete", scope: auth.ScopeSecretsWrite, audited: true, h: s.deleteSecret},
+		{pattern: "POST /v1/secrets/{id}/grants", action: "secret.grant", scope: auth.ScopeSecretsWrite, audited: true, h: s.createGrant},
+		{pattern: "GET /v1/secrets/{id}/grants", action: "secret.grant_list", scope: auth.ScopeSecretsRead, h: s.listGrants},
+		{pattern: "DELETE /v1/grants/{id}", action: "secret.grant_revoke", scope: auth.ScopeSecretsWrite, audited: true, h: s.revokeGrant},
 
 		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, h: s.listAudit},
 		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, h: s.verifyAudit},

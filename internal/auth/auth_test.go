@@ -245,8 +245,8 @@ func TestScopes(t *testing.T) {
 		t.Error("no scopes but Has")
 	}
 
-	if len(auth.AllScopes()) != 12 || !auth.ScopeTemplatesRead.Valid() || !auth.ScopeTemplatesWrite.Valid() {
-		t.Errorf("AllScopes has %d scopes (%v), want 12 with templates:read and templates:write", len(auth.AllScopes()), auth.AllScopes())
+	if len(auth.AllScopes()) != 14 || !auth.ScopeTemplatesRead.Valid() || !auth.ScopeSecretsWrite.Valid() {
+		t.Errorf("AllScopes has %d scopes (%v), want 14 with the templates and secrets scopes", len(auth.AllScopes()), auth.AllScopes())
 	}
 	got, err := auth.ParseScopes([]string{"files:read", "admin", "files:read"})
 	if err != nil || len(got) != 2 || got[0] != auth.ScopeFilesRead || got[1] != auth.ScopeAdmin {

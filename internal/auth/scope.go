@@ -24,12 +24,15 @@ const (
 	// Templates are shared by every principal of the daemon.
 	ScopeTemplatesRead  Scope = "templates:read"
 	ScopeTemplatesWrite Scope = "templates:write"
-	ScopeAdmin          Scope = "admin"
+	// Secrets: each principal manages its own (admin: all).
+	ScopeSecretsRead  Scope = "secrets:read"
+	ScopeSecretsWrite Scope = "secrets:write"
+	ScopeAdmin        Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
-	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeAdmin,
+	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeAdmin,
 }
 
 // AllScopes returns every defined scope, in documentation order.

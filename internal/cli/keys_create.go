@@ -18,7 +18,8 @@ func keysCreateCmd() *command {
 		long: "Create an API key for a principal (yourself by default) and print its secret, which is\n" +
 			"shown only this once (the key and its record with --json). Scopes: sandboxes:create,\n" +
 			"sandboxes:read, sandboxes:exec, sandboxes:delete, sandboxes:all, files:read,\n" +
-			"files:write, keys:manage, audit:read, templates:read, templates:write, admin.",
+			"files:write, keys:manage, audit:read, templates:read, templates:write,\n" +
+			"secrets:read, secrets:write, admin.",
 		examples: []string{
 			"warden keys create --principal pr-01hzx3k9q2 --name ci --scope sandboxes:create --scope files:read",
 			"warden keys create --name reader --scope sandboxes:read,files:read",

@@ -167,6 +167,7 @@ func newRoot() *command {
 		subs: []*command{
 			sandboxCmd(),
 			templateCmd(),
+			secretCmd(),
 			execCmd(),
 			runCmd(),
 			contextsCmd(),

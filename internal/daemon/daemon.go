@@ -27,11 +27,14 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend/native"
+	"github.com/warden-sandbox/warden/internal/broker"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/e2b"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/secrets"
+	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
 	"github.com/warden-sandbox/warden/internal/template"
 	"github.com/warden-sandbox/warden/internal/version"
@@ -98,10 +101,35 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
 		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
+	// Brokered credentials: the secret store and the TLS broker that the
+	// egress path hands granted connections to.
+	vault, err := secrets.Open(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("open secret store: %w", err)
+	}
+	brk, err := broker.New(broker.Config{Credentials: vault, StateDir: filepath.Join(cfg.StateDir, "broker-ca"),
+		OnUse: func(u broker.UseEvent) {
+			detail, _ := json.Marshal(map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
+				"host": u.Host, "method": u.Method, "path": u.Path})
+			if _, err := alog.Append(context.Background(), audit.Event{PrincipalID: "system", Action: "secret.use",
+				Target: u.SandboxID, Outcome: audit.OutcomeSuccess, Detail: detail}); err != nil {
+				log.Error("append audit event", "action", "secret.use", "err", err)
+			}
+		},
+		OnMismatch: func(m broker.MismatchEvent) {
+			auditNetwork(alog, log, "secret.mismatch", m.SandboxID, m.Host+" (sni "+m.SNI+")", m.Reason)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("credential broker: %w", err)
+	}
+	hooks := &secretHooks{mgr: mgr, vault: vault, broker: brk, log: log}
 	var netm *network.Manager
 	if !cfg.Network.Disabled {
 		ncfg := network.Config{DNSUpstream: cfg.Network.DNSUpstream,
-			OnDeny: func(sb, target, reason string) { auditNetwork(alog, log, "network.deny", sb, target, reason) },
+			TLSIntercept: hooks.intercept,
+			TLSHandoff:   hooks.handoff,
+			OnDeny:       func(sb, target, reason string) { auditNetwork(alog, log, "network.deny", sb, target, reason) },
 			OnQuery: func(sb, name, qtype, decision string) {
 				log.Debug("sandbox dns query", "sandbox", sb, "name", name, "type", qtype, "decision", decision)
 			},
@@ -131,6 +159,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
 		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b},
+		Secrets: vault, SecretHooks: hooks,
 		PreviewDomain: cfg.PreviewDomain,
 	})
 	if err != nil {
@@ -141,7 +170,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			return err
 		}
 	}
-	mgr.OnEnd = srv.SandboxEnded
+	mgr.OnEnd = func(sb store.Sandbox) {
+		srv.SandboxEnded(sb)
+		brk.Forget(sb.ID)
+		vault.PurgeSandbox(sb.ID)
+	}
+	mgr.AfterStart = func(ctx context.Context, sb store.Sandbox) {
+		if err := hooks.Apply(ctx, sb.ID, sb.Owner); err != nil {
+			log.Warn("hand credential grants to a new sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}
 	mgr.OnEvent = srv.SandboxEvent
 
 	attached, lost, err := mgr.Recover(ctx)

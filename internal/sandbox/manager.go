@@ -117,6 +117,9 @@ type Manager struct {
 	// OnEvent, if set, receives resource events (OOM kills) of running
 	// sandboxes, for audit and metrics.
 	OnEvent func(id string, ev backend.Event)
+	// AfterStart, if set, runs once a created sandbox is running, before
+	// Create returns (the daemon hands it its credential grants).
+	AfterStart func(ctx context.Context, sb store.Sandbox)
 }
 
 // New builds a manager.
@@ -330,6 +333,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	started = true
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
+	if m.AfterStart != nil {
+		m.AfterStart(bctx, sb)
+	}
 	return sb, nil
 }
 
@@ -428,6 +434,9 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	}
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
+	if m.AfterStart != nil {
+		m.AfterStart(bctx, sb)
+	}
 	return sb, nil
 }
 
