@@ -232,6 +232,10 @@ func (e *env) sandboxRoots(sb string, extra ...*x509.Certificate) *x509.CertPool
 func (e *env) client(sb, principal string, target netip.AddrPort, names []string, roots *x509.CertPool) (*http.Client, *atomic.Int32) {
 	var dials atomic.Int32
 	tr := &http.Transport{
+		// One connection at most: without it the client may open a second
+		// one when the first is not back in its pool yet (a race under
+		// load), and the tests count connections.
+		MaxConnsPerHost: 1,
 		TLSClientConfig: &tls.Config{RootCAs: roots},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			dials.Add(1)
