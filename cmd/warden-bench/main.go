@@ -133,7 +133,7 @@ func run(o opts) error {
 			baselines = append(baselines, rs)
 		}
 	} else {
-		notes = append(notes, "runsc is not installed (scripts/install-runsc.sh builds it): no gVisor baseline")
+		notes = append(notes, "runsc is not installed: no gVisor baseline (the gvisor backend's branch, wip/gvisor, has a script that builds it)")
 	}
 
 	seq := 0

@@ -31,8 +31,8 @@ var palette = []color.RGBA{
 // baselines.
 func Chart(w io.Writer, title string, series []*Series) error {
 	const (
-		width, height            = 1200, 720
-		left, right, top, bottom = 80, 420, 50, 60
+		width, height            = 1400, 720
+		left, right, top, bottom = 80, 560, 50, 60
 	)
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
