@@ -44,6 +44,7 @@ func main() {
 	bigMiB := flag.Int64("big", 100, "with -api: size of the large upload/download in MiB")
 	densityFlag := flag.String("density", "", "with -api: idle sandboxes to hold, in increasing steps, such as 100,250,500,1000\n(empty: skip)")
 	chartOut := flag.String("chart", "", "also draw the latency distributions as a PNG to this file")
+	netMiB := flag.Int64("net", 0, "with -api: also measure the create-path cost of each network mode and an N MiB\ndownload from a fake host (a test namespace) through a sandbox's network and directly\n(0: skip)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: warden-bench [flags]\n\nMeasures native sandbox create→first output, exec round trip and teardown\nbeside bare fork/exec, bubblewrap and (when installed) runsc baselines (needs root).\n\n")
 		flag.PrintDefaults()
@@ -62,7 +63,7 @@ func main() {
 		steps = append(steps, v)
 	}
 	o := opts{n: *n, agent: *agentPath, state: *stateDir, json: *jsonOut, api: *apiURL, burst: *burst, big: *bigMiB << 20,
-		density: steps, chart: *chartOut}
+		density: steps, chart: *chartOut, net: *netMiB << 20}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "warden-bench:", err)
 		os.Exit(1)
@@ -79,6 +80,7 @@ type opts struct {
 	big         int64
 	density     []int
 	chart       string
+	net         int64 // bytes of the network download; 0 skips the network part
 }
 
 // results is the JSON output.
@@ -209,6 +211,14 @@ func run(o opts) error {
 		}
 		all = append(all, series...)
 		notes = append(notes, ns...)
+		if o.net > 0 {
+			ns, nn, err := networkBench(ctx, c, n, o.net)
+			if err != nil {
+				return fmt.Errorf("network benchmark: %w", err)
+			}
+			all = append(all, ns...)
+			notes = append(notes, nn...)
+		}
 		if len(o.density) > 0 {
 			var ds []*benchstat.Series
 			steps, ds, err = density(ctx, c, o.density)
@@ -243,7 +253,7 @@ func run(o opts) error {
 		for _, s := range all {
 			// The chart shows latencies of one kind: starts and round trips,
 			// not the large transfers or the density steps.
-			if !strings.Contains(s.Name, "MiB") && !strings.Contains(s.Name, "idle sandboxes") && !strings.Contains(s.Name, "kill") {
+			if !strings.Contains(s.Name, "MiB") && !strings.Contains(s.Name, "idle sandboxes") && !strings.Contains(s.Name, "kill") && !strings.Contains(s.Name, "network") {
 				keep = append(keep, s)
 			}
 		}

@@ -77,7 +77,7 @@ func TestSmoke(t *testing.T) {
 
 	jsonOut, chart := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
 	if err := run(opts{n: 2, agent: agent, state: filepath.Join(dir, "state"), json: jsonOut, chart: chart,
-		api: "http://" + addr, burst: 3, big: 1 << 20, density: []int{2, 4}}); err != nil {
+		api: "http://" + addr, burst: 3, big: 1 << 20, density: []int{2, 4}, net: 4 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	var res results
@@ -94,7 +94,9 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, want := range []string{"baseline: bwrap --unshare-all /bin/true", "native: create → first output (echo)",
 		"api: create → first output (sequential, warm pool)", "api: create → first output (cold, no pool)",
-		"api: create → first output (3 in flight)", "api: exec round trip (true)", "api: upload 1 MiB"} {
+		"api: create → first output (3 in flight)", "api: exec round trip (true)", "api: upload 1 MiB",
+		"api: create → first output, network allowlist", "api: create → first output, network open",
+		"download 4 MiB from the fake host, in a sandbox (allowlist)"} {
 		if !names[want] {
 			t.Errorf("no %q in the results", want)
 		}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warden-sandbox/warden/internal/benchstat"
+	warden "github.com/warden-sandbox/warden/sdk/go"
+)
+
+// fakeHost is a test host in a network namespace this benchmark makes,
+// joined to the host by a veth pair, on a documentation address
+// (198.51.100.10, TEST-NET-2): a stand-in for a server on the internet that
+// sandboxes may reach by policy. Nothing leaves the machine.
+type fakeHost struct {
+	ns, hostIf string
+	addr       string // ip:port of its HTTP server
+	srv        *http.Server
+}
+
+func ipCmd(args ...string) error {
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %v: %w: %s", args, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// newFakeHost sets up the namespace and serves /blob?size=N from inside it.
+func newFakeHost() (*fakeHost, error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("iproute2 is not installed (scripts/install-deps.sh installs it): %w", err)
+	}
+	id := strconv.Itoa(os.Getpid() % 100000)
+	f := &fakeHost{ns: "wdbench-" + id, hostIf: "wdbh" + id, addr: "198.51.100.10:8080"}
+	nsIf := "wdbn" + id
+	steps := [][]string{
+		{"netns", "add", f.ns},
+		{"link", "add", f.hostIf, "type", "veth", "peer", "name", nsIf, "netns", f.ns},
+		{"addr", "add", "198.51.100.1/24", "dev", f.hostIf},
+		{"link", "set", f.hostIf, "up"},
+		{"-n", f.ns, "addr", "add", "198.51.100.10/24", "dev", nsIf},
+		{"-n", f.ns, "link", "set", nsIf, "up"},
+		{"-n", f.ns, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			f.close()
+			return nil, err
+		}
+	}
+	ln, err := listenIn("/var/run/netns/"+f.ns, f.addr)
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	blob := make([]byte, 1<<20)
+	f.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		size, _ := strconv.ParseInt(r.URL.Query().Get("size"), 10, 64)
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		for size > 0 {
+			n := min(size, int64(len(blob)))
+			if _, err := w.Write(blob[:n]); err != nil {
+				return
+			}
+			size -= n
+		}
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go f.srv.Serve(ln)
+	return f, nil
+}
+
+// listenIn opens a TCP listener inside the network namespace at nsPath.
+func listenIn(nsPath, addr string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // the thread dies with its namespace changed if restoring fails
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer unix.Close(self)
+		nsfd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer unix.Close(nsfd)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		ln, err := net.Listen("tcp", addr)
+		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{ln, err}
+	}()
+	r := <-ch
+	return r.ln, r.err
+}
+
+func (f *fakeHost) close() {
+	if f.srv != nil {
+		f.srv.Close()
+	}
+	exec.Command("ip", "link", "del", f.hostIf).Run()
+	exec.Command("ip", "netns", "del", f.ns).Run()
+}
+
+// networkBench measures, through the daemon, the create-path cost of each
+// network mode, and a download from the fake host through a sandbox's
+// network (wardend's userspace stack) beside the same download made
+// directly from the host.
+func networkBench(ctx context.Context, c *warden.Client, n int, size int64) ([]*benchstat.Series, []string, error) {
+	fh, err := newFakeHost()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer fh.close()
+	allow := &warden.NetworkPolicy{Mode: warden.NetworkAllowlist, Allow: []warden.NetworkRule{{CIDR: "198.51.100.0/24", Ports: []int{8080}}}}
+	modes := []struct {
+		name string
+		p    *warden.NetworkPolicy
+	}{{"none", nil}, {"allowlist", allow}, {"open", &warden.NetworkPolicy{Mode: warden.NetworkOpen}}}
+	var series []*benchstat.Series
+	for _, m := range modes {
+		s := &benchstat.Series{Name: "api: create → first output, network " + m.name}
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			sb, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 120, Network: m.p})
+			if err != nil {
+				return nil, nil, fmt.Errorf("create (network %s): %w", m.name, err)
+			}
+			var out bytes.Buffer
+			_, err = c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"echo", "hi"}}, warden.ExecIO{Stdout: &out})
+			s.Add(time.Since(t0))
+			c.KillSandbox(ctx, sb.ID)
+			if err != nil || out.String() != "hi\n" {
+				return nil, nil, fmt.Errorf("first command (network %s): %q %v", m.name, out.String(), err)
+			}
+			time.Sleep(20 * time.Millisecond) // let the pool refill
+		}
+		series = append(series, s)
+	}
+
+	url := "http://" + fh.addr + "/blob?size=" + strconv.FormatInt(size, 10)
+	direct := &benchstat.Series{Name: fmt.Sprintf("download %d MiB from the fake host, directly from the host", size>>20)}
+	proxied := &benchstat.Series{Name: fmt.Sprintf("download %d MiB from the fake host, in a sandbox (allowlist)", size>>20)}
+	sb, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 600, Network: allow})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.KillSandbox(context.WithoutCancel(ctx), sb.ID)
+	// The sandbox's timer runs inside it, around the transfer only.
+	script := "import time, urllib.request\nt=time.monotonic()\nr=urllib.request.urlopen('" + url + "')\nn=0\nwhile True:\n    b=r.read(1<<20)\n    if not b: break\n    n+=len(b)\nprint(n, time.monotonic()-t)\n"
+	for i := 0; i < 3; i++ {
+		t0 := time.Now()
+		resp, err := http.Get(url)
+		if err != nil {
+			return nil, nil, err
+		}
+		got, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got != size {
+			return nil, nil, fmt.Errorf("direct download: %d bytes", got)
+		}
+		direct.Add(time.Since(t0))
+		var out bytes.Buffer
+		if _, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"python3", "-c", script}}, warden.ExecIO{Stdout: &out}); err != nil {
+			return nil, nil, err
+		}
+		var bytesIn int64
+		var secs float64
+		if _, err := fmt.Sscan(out.String(), &bytesIn, &secs); err != nil || bytesIn != size {
+			return nil, nil, fmt.Errorf("download in the sandbox: %q", out.String())
+		}
+		proxied.Add(time.Duration(secs * float64(time.Second)))
+	}
+	rate := func(s *benchstat.Series) float64 { return float64(size) / 1e6 / s.Quantile(0.5).Seconds() }
+	notes := []string{fmt.Sprintf("network: %d MiB download from a fake host in a test namespace: %.0f MB/s through the sandbox's network (wardend's userspace stack), %.0f MB/s directly from the host (medians of 3)",
+		size>>20, rate(proxied), rate(direct))}
+	series = append(series, direct, proxied)
+	return series, notes, nil
+}
