@@ -419,7 +419,15 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
 		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
 	}
+	// The network first: a failure here leaves no record, and the caller
+	// boots a sandbox instead, as for any unusable pooled one.
+	if err := m.attachNetwork(bctx, id, h, policyOf(sb)); err != nil {
+		c.Close()
+		m.b.Delete(bctx, h)
+		return store.Sandbox{}, err
+	}
 	if err := m.st.CreateSandbox(bctx, sb); err != nil {
+		m.closeNetwork(id)
 		c.Close()
 		m.b.Delete(bctx, h)
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
@@ -428,10 +436,6 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	m.handles[id] = h
 	m.clients[id] = c
 	m.mu.Unlock()
-	if err := m.attachNetwork(bctx, id, h, policyOf(sb)); err != nil {
-		m.kill(bctx, id, StateFailed, err.Error(), true)
-		return store.Sandbox{}, err
-	}
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
 	if m.AfterStart != nil {
