@@ -20,6 +20,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/image"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/template"
 )
 
@@ -333,6 +334,22 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	}
 	lim.MemoryBytes <<= 20
 	lim.DiskBytes <<= 20
+	// The RUN steps' network: ?network=none|open|allowlist, with
+	// ?allow=host,host for an allowlist (ports 80 and 443).
+	var netp *network.Policy
+	if mode := q.Get("network"); mode != "" && mode != string(network.ModeNone) {
+		p := network.Policy{Mode: network.Mode(mode)}
+		for _, h := range strings.Split(q.Get("allow"), ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				p.Allow = append(p.Allow, network.Rule{Host: h})
+			}
+		}
+		if err := p.Validate(); err != nil {
+			return apierr.Validation("network: %v", err)
+		}
+		netp = &p
+		st.detail["network"] = mode
+	}
 
 	dir, err := ts.TempDir("context-")
 	if err != nil {
@@ -361,6 +378,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	res, err := s.cfg.Builder.Build(r.Context(), build.Request{
 		Dockerfile: df, Context: dir, Name: name, Args: args, NoCache: q.Get("no_cache") == "true", Limits: lim,
 		Registry: image.RegistryOptions{Insecure: q.Get("insecure_registry") == "true"},
+		Network:  netp,
 	}, func(ev build.Event) {
 		out.send(templateEvent{Type: ev.Type, Step: ev.Step, Steps: ev.Steps, Line: ev.Line, Text: ev.Text, Stream: ev.Stream})
 	})

@@ -46,6 +46,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/image"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/template"
 	"github.com/warden-sandbox/warden/internal/template/dockerfile"
 )
@@ -64,6 +65,28 @@ var ErrBuild = errors.New("build failed")
 type Builder struct {
 	Store   *template.Store
 	Backend backend.Backend
+	// Net, if set, gives build sandboxes the network a build asks for
+	// (Request.Network); without it builds have loopback only.
+	Net *network.Manager
+}
+
+// attachNetwork gives a build sandbox its network link.
+func (b *Builder) attachNetwork(ctx context.Context, id string, h backend.Handle, p network.Policy) (*network.Link, error) {
+	pider, ok := b.Backend.(interface {
+		PID(ctx context.Context, h backend.Handle) (int, error)
+	})
+	if b.Net == nil || !ok {
+		return nil, fmt.Errorf("%w: this daemon cannot give build sandboxes a network", ErrBuild)
+	}
+	pid, err := pider.PID(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("build sandbox network: %w", err)
+	}
+	l, err := b.Net.Attach(ctx, id, pid, p)
+	if err != nil {
+		return nil, fmt.Errorf("build sandbox network: %w", err)
+	}
+	return l, nil
 }
 
 // Request is one build.
@@ -75,6 +98,9 @@ type Request struct {
 	NoCache    bool              // run every step even when cached
 	Limits     backend.Limits    // limits of the build sandboxes; also the template's resource defaults
 	Registry   image.RegistryOptions
+	// Network of the RUN steps' sandboxes; nil is none (loopback only). It
+	// is part of each step's cache key only through what the step wrote.
+	Network *network.Policy
 }
 
 // Event is one line of build progress.
@@ -557,6 +583,13 @@ func (b *Builder) runInSandbox(ctx context.Context, req Request, st *state, key 
 	}()
 	if h, err = b.Backend.Start(bctx, h); err != nil {
 		return nil, fmt.Errorf("build sandbox: %w", err)
+	}
+	if req.Network != nil && req.Network.Mode != network.ModeNone {
+		link, err := b.attachNetwork(bctx, spec.ID, h, *req.Network)
+		if err != nil {
+			return nil, err
+		}
+		defer link.Close()
 	}
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.Backend.DialAgent(ctx, h) })
 	ferr := fn(c)

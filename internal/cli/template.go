@@ -137,6 +137,8 @@ func templateBuildCmd() *command {
 		args       = kvFlag{}
 		noCache    bool
 		insecure   bool
+		netMode    string
+		netAllow   string
 		cpu        int64
 		mem, disk  int64
 	)
@@ -147,7 +149,8 @@ func templateBuildCmd() *command {
 		long: "Build a template from a Dockerfile and the build context DIR. Each RUN, COPY, ADD and\n" +
 			"WORKDIR step runs in a sandbox; unchanged steps come from the cache. ENTRYPOINT/CMD\n" +
 			"become the template's start command and HEALTHCHECK (or LABEL warden.ready.port=PORT)\n" +
-			"its ready check. Files matched by DIR/.dockerignore are not sent.",
+			"its ready check. Files matched by DIR/.dockerignore are not sent. RUN steps have no\n" +
+			"network unless --network gives them one.",
 		examples: []string{
 			"warden template build -t myapp:1.0 .",
 			"warden template build -f docker/Dockerfile.dev -t myapp:dev --build-arg VERSION=2 .",
@@ -160,6 +163,8 @@ func templateBuildCmd() *command {
 		fs.Var(&args, "build-arg", "K=V", "a build argument; repeatable")
 		fs.Bool(&noCache, "no-cache", "run every step, ignoring the build cache")
 		fs.Bool(&insecure, "insecure-registry", "allow plain-HTTP registries for FROM images")
+		fs.String(&netMode, "network", "MODE", "network of the RUN steps: none (default), open or allowlist")
+		fs.String(&netAllow, "allow", "LIST", "with --network allowlist: host names (ports 80 and 443), comma-separated")
 		fs.Int64(&cpu, "cpu", "MILLICORES", "CPU of the build sandboxes, and the template's default")
 		fs.Int64(&mem, "memory", "MIB", "memory of the build sandboxes, and the template's default")
 		fs.Int64(&disk, "disk", "MIB", "the template's default disk size")
@@ -194,7 +199,7 @@ func templateBuildCmd() *command {
 		defer pr.Close()
 		p := newProgress(r.env.Stderr)
 		res, err := cl.BuildTemplate(ctx, warden.BuildRequest{Name: name, Dockerfile: file, Args: args.m, NoCache: noCache,
-			InsecureRegistry: insecure, CPUMillis: cpu, MemoryMB: mem, DiskMB: disk}, pr, p.event)
+			InsecureRegistry: insecure, CPUMillis: cpu, MemoryMB: mem, DiskMB: disk, Network: netMode, Allow: splitList(netAllow)}, pr, p.event)
 		p.finish()
 		if err != nil {
 			return err
@@ -562,4 +567,15 @@ func templateGCCmd() *command {
 		return nil
 	}
 	return c
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

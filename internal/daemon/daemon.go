@@ -158,7 +158,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		Manager: mgr, Store: st, Auth: authn, Audit: alog, Logger: log,
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
-		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b},
+		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b, Net: netm},
 		Secrets: vault, SecretHooks: hooks,
 		PreviewDomain: cfg.PreviewDomain,
 	})

@@ -101,6 +101,10 @@ type BuildRequest struct {
 	DiskMB     int64
 	// InsecureRegistry allows plain-HTTP registries for FROM images.
 	InsecureRegistry bool
+	// Network of the RUN steps: "" or "none" (loopback only), "open", or "allowlist"
+	// with Allow (host names, ports 80 and 443).
+	Network string
+	Allow   []string
 }
 
 // ImportRequest imports an image from a registry.
@@ -215,6 +219,12 @@ func (c *Client) BuildTemplate(ctx context.Context, req BuildRequest, ctxTar io.
 	}
 	if req.InsecureRegistry {
 		q.Set("insecure_registry", "true")
+	}
+	if req.Network != "" {
+		q.Set("network", req.Network)
+	}
+	if len(req.Allow) > 0 {
+		q.Set("allow", strings.Join(req.Allow, ","))
 	}
 	for k, v := range map[string]int64{"cpu_millis": req.CPUMillis, "memory_mb": req.MemoryMB, "disk_mb": req.DiskMB} {
 		if v != 0 {

@@ -413,6 +413,14 @@ func testBuild(t *testing.T, d *daemon, c *warden.Client) {
 	if !errors.As(err, &we) || !strings.Contains(we.Message, "Dockerfile:4") || !strings.Contains(we.Message, "exit code 7") {
 		t.Errorf("failing RUN: %v, want an error naming Dockerfile:4 and exit code 7", err)
 	}
+	// RUN steps have no network unless the build asks for one.
+	netDir := writeContext(t, map[string]string{"Dockerfile": "FROM base\nRUN grep -q wd0 /proc/net/dev && grep -q 10.254.0.1 /etc/resolv.conf\n"})
+	if _, err := c.BuildTemplate(ctxT(t), warden.BuildRequest{Name: "netless"}, tarDir(t, netDir), nil); err == nil {
+		t.Error("a RUN step without --network found a network device")
+	}
+	if _, err := c.BuildTemplate(ctxT(t), warden.BuildRequest{Name: "networked", Network: "allowlist", Allow: []string{"deb.debian.org"}}, tarDir(t, netDir), nil); err != nil {
+		t.Errorf("a RUN step with an allowlist network: %v", err)
+	}
 	bad = writeContext(t, map[string]string{"Dockerfile": "FROM base\nFROBNICATE x\n"})
 	_, err = c.BuildTemplate(ctxT(t), warden.BuildRequest{Name: "bad"}, tarDir(t, bad), nil)
 	if !errors.As(err, &we) || !strings.Contains(we.Message, "Dockerfile:2") {
