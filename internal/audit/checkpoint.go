@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/warden-sandbox/warden/internal/safefile"
 )
 
 // checkpoint is the head of the chain as last written by the Logger, kept
@@ -34,7 +36,7 @@ func readCheckpoint(path string, key []byte) (cp checkpoint, ok bool, err error)
 	if err != nil {
 		return checkpoint{}, false, fmt.Errorf("audit checkpoint: %w", err)
 	}
-	if err := checkPrivate(path, fi); err != nil {
+	if err := safefile.CheckPrivate(path, fi); err != nil {
 		return checkpoint{}, false, fmt.Errorf("audit checkpoint: %w", err)
 	}
 	b, err := os.ReadFile(path)

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/warden-sandbox/warden/internal/safefile"
 )
 
 // Per-sandbox certificate authorities. Each sandbox gets its own CA (ECDSA
@@ -164,7 +166,7 @@ func (b *Broker) ca(sandboxID string) (*sandboxCA, error) {
 		if err := os.MkdirAll(b.cfg.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("broker: %w", err)
 		}
-		if err := writeAtomic(b.caPath(sandboxID), append(bytes.Clone(ca.certPEM), keyPEM...)); err != nil {
+		if err := writeAtomicP(b.caPath(sandboxID), append(bytes.Clone(ca.certPEM), keyPEM...)); err != nil {
 			return nil, err
 		}
 	}
@@ -302,35 +304,10 @@ func (ca *sandboxCA) leaf(name string, now time.Time) (*tls.Certificate, error) 
 	return c, nil
 }
 
-// writeAtomic replaces path with data (mode 0600): temporary file, fsync,
-// rename, fsync of the directory.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return fmt.Errorf("broker: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("broker: write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+// writeAtomicP is safefile.WriteAtomic with this package's error prefix.
+func writeAtomicP(path string, data []byte) error {
+	if err := safefile.WriteAtomic(path, data); err != nil {
+		return fmt.Errorf("broker: %w", err)
 	}
 	return nil
 }

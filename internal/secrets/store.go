@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/warden-sandbox/warden/internal/safefile"
 )
 
 // Store persists a Vault's state. Load returns an empty state when nothing
@@ -147,42 +148,13 @@ func (f *FileStore) Save(s *State) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return writeAtomic(f.path, append(b, '\n'))
+	return writeAtomicP(f.path, append(b, '\n'))
 }
 
-// writeAtomic replaces path with data: temporary file, fsync, chmod 0600,
-// rename, fsync of the directory.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return fmt.Errorf("secrets: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("secrets: write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("secrets: sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("secrets: fsync %s: %w", dir, err)
+// writeAtomicP is safefile.WriteAtomic with this package's error prefix.
+func writeAtomicP(path string, data []byte) error {
+	if err := safefile.WriteAtomic(path, data); err != nil {
+		return fmt.Errorf("secrets: %w", err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/safefile"
 )
 
 // Errors of the store.
@@ -293,7 +294,7 @@ func (s *Store) publish(id, dir string) error {
 		return err
 	}
 	info, _ := json.Marshal(map[string]int64{"size": size})
-	if err := writeAtomic(s.LayerPath(id)+".json", info); err != nil {
+	if err := safefile.WriteAtomic(s.LayerPath(id)+".json", info); err != nil {
 		os.RemoveAll(dir)
 		return err
 	}
@@ -343,7 +344,7 @@ func (s *Store) PutManifest(m *Manifest) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	id := "sha256:" + hex.EncodeToString(sum[:])
-	if err := writeAtomic(filepath.Join(s.root, manifestsDir, hexOf(id)+".json"), b); err != nil {
+	if err := safefile.WriteAtomic(filepath.Join(s.root, manifestsDir, hexOf(id)+".json"), b); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -405,7 +406,7 @@ func (s *Store) saveTags(tags map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("encode tags: %w", err)
 	}
-	return writeAtomic(filepath.Join(s.root, tagsFile), b)
+	return safefile.WriteAtomic(filepath.Join(s.root, tagsFile), b)
 }
 
 // Resolve returns the manifest id name points at ("name", "name:tag" or a
@@ -792,35 +793,7 @@ func (s *Store) CachePut(key string, c CacheEntry) error {
 	if err != nil {
 		return fmt.Errorf("encode cache entry: %w", err)
 	}
-	return writeAtomic(filepath.Join(s.root, cacheDir, hexOf(key)+".json"), b)
-}
-
-// writeAtomic writes data to path through a temporary file, fsynced and
-// renamed, so readers see the old or the new content, never a part.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
+	return safefile.WriteAtomic(filepath.Join(s.root, cacheDir, hexOf(key)+".json"), b)
 }
 
 // diskUsage sums the allocated size of every entry below dir, counting
