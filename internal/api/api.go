@@ -167,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
 	s.previewDomain = strings.Trim(strings.ToLower(cfg.PreviewDomain), ".")
-	s.previewTr = s.newPreviewTransport()
+	s.previewTr = cfg.Manager.PortTransport()
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry()

@@ -104,45 +104,6 @@ func (p *publicPorts) forget(id string) {
 	delete(p.m, id)
 }
 
-// newPreviewTransport returns the proxy's transport. Connections are
-// pooled by "{sandbox id}:{port}", the URL host the proxy sets; dialing one
-// goes through the sandbox's agent.
-func (s *Server) newPreviewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: nil, // never an environment proxy: the target is inside the sandbox
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			id, ps, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			port, err := strconv.Atoi(ps)
-			if err != nil {
-				return nil, err
-			}
-			agent, err := s.mgr.Agent(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			c, err := agent.DialPort(ctx, port)
-			var pe *agentclient.PortError
-			if err != nil && !errors.As(err, &pe) {
-				err = fmt.Errorf("%w: %w", errAgentDial, err)
-			}
-			return c, err
-		},
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       30 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// Pass the program's encoding through untouched.
-		DisableCompression: true,
-	}
-}
-
-// errAgentDial marks a failure to reach the sandbox's agent (as opposed to
-// the agent's refusal, a *agentclient.PortError, or the program's failure).
-var errAgentDial = errors.New("reach the sandbox agent")
-
 // previewTarget is what a proxied request addresses.
 type previewTarget struct {
 	id     string
@@ -418,7 +379,7 @@ func previewError(err error, t previewTarget) error {
 		return apierr.Wrap(apierr.CodeUnavailable, "request canceled", err)
 	case errors.Is(err, sandbox.ErrNotFound), errors.As(err, new(*sandbox.StateError)):
 		return err
-	case errors.Is(err, errAgentDial):
+	case errors.Is(err, sandbox.ErrAgentDial):
 		return apierr.Unavailable("sandbox agent unavailable", err)
 	}
 	return apierr.Wrap(apierr.CodeBadGateway, fmt.Sprintf("port %d of sandbox %s did not answer with HTTP", t.port, t.id), err)

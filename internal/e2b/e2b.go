@@ -82,9 +82,7 @@ type Server struct {
 
 	cpu cpuSamples // last CPU reading per sandbox, for cpuUsedPct
 
-	public   publicSandboxes // sandboxes whose user ports need no token
-	portOnce sync.Once
-	ports    *http.Transport // user ports, dialed through the agent
+	public publicSandboxes // sandboxes whose user ports need no token
 }
 
 // New returns a Server.

@@ -3,12 +3,10 @@ package e2b
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/audit"
@@ -52,34 +50,6 @@ func (p *publicSandboxes) is(id string) bool {
 	return p.m[id]
 }
 
-// portTransport dials "{sandbox id}:{port}" through the sandbox's agent.
-func (s *Server) portTransport() *http.Transport {
-	s.portOnce.Do(func() {
-		s.ports = &http.Transport{
-			Proxy: nil,
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				id, ps, err := net.SplitHostPort(addr)
-				if err != nil {
-					return nil, err
-				}
-				port, err := strconv.Atoi(ps)
-				if err != nil {
-					return nil, err
-				}
-				agent, err := s.cfg.Manager.Agent(ctx, id)
-				if err != nil {
-					return nil, err
-				}
-				return agent.DialPort(ctx, port)
-			},
-			MaxIdleConnsPerHost: 8,
-			IdleConnTimeout:     30 * time.Second,
-			DisableCompression:  true,
-		}
-	})
-	return s.ports
-}
-
 // userPort serves traffic to a user port of a running sandbox.
 func (s *Server) userPort(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int) {
 	id := sb.ID
@@ -99,7 +69,7 @@ func (s *Server) userPort(w http.ResponseWriter, r *http.Request, sb store.Sandb
 				pr.Out.Header.Del(h)
 			}
 		},
-		Transport:     s.portTransport(),
+		Transport:     s.cfg.Manager.PortTransport(),
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var pe *agentclient.PortError

@@ -25,6 +25,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/network"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -106,6 +107,9 @@ type Manager struct {
 	clients map[string]*agentclient.Client
 	links   map[string]*network.Link
 	running int
+
+	portOnce sync.Once
+	ports    *http.Transport // see PortTransport
 
 	// Net, if set, gives sandboxes their network (see network.go); without
 	// it every sandbox has loopback only.
