@@ -27,6 +27,7 @@ package build
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -378,7 +379,7 @@ func (b *Builder) step(ctx context.Context, req Request, st *state, in dockerfil
 			return 0, err
 		}
 		if !path.IsAbs(w) {
-			w = path.Join(cmp(st.workdir, "/"), w)
+			w = path.Join(cmp.Or(st.workdir, "/"), w)
 		}
 		st.workdir = path.Clean(w)
 		key := hash(st.key, "WORKDIR", st.workdir)
@@ -394,7 +395,7 @@ func (b *Builder) step(ctx context.Context, req Request, st *state, in dockerfil
 		return b.fsStep(ctx, req, st, in, key, emit, func(c *agentclient.Client) error {
 			out := &logWriter{emit: emit, stream: "stdout"}
 			errw := &logWriter{emit: emit, stream: "stderr"}
-			res, err := c.Run(ctx, agentclient.Cmd{Args: argv, Env: env, User: cmp(st.user, "root"), Dir: cmp(st.workdir, "/"), Stdout: out, Stderr: errw})
+			res, err := c.Run(ctx, agentclient.Cmd{Args: argv, Env: env, User: cmp.Or(st.user, "root"), Dir: cmp.Or(st.workdir, "/"), Stdout: out, Stderr: errw})
 			out.flush()
 			errw.flush()
 			if err != nil {
@@ -409,13 +410,6 @@ func (b *Builder) step(ctx context.Context, req Request, st *state, in dockerfil
 		return b.copyStep(ctx, req, st, in, expand, emit)
 	}
 	return 0, errorAt(in.Line, "%s is not supported", in.Cmd)
-}
-
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func ifs(c bool, s string) string {
@@ -561,7 +555,7 @@ func (b *Builder) runInSandbox(ctx context.Context, req Request, st *state, key 
 	rand.Read(rb[:])
 	spec := backend.Spec{
 		ID: "build-" + hex.EncodeToString(rb[:]), Hostname: "build",
-		Layers: tmpl, Env: maps.Clone(st.env), User: cmp(st.user, "root"), Workdir: "/",
+		Layers: tmpl, Env: maps.Clone(st.env), User: cmp.Or(st.user, "root"), Workdir: "/",
 		Limits: req.Limits.WithDefaults(), Uppers: uppers, RootCaps: buildCaps,
 	}
 	if spec.Env == nil {

@@ -3,6 +3,7 @@ package build
 import (
 	"archive/tar"
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -58,7 +59,7 @@ func (b *Builder) copyStep(ctx context.Context, req Request, st *state, in docke
 	}
 	destDir := strings.HasSuffix(dest, "/")
 	if !path.IsAbs(dest) {
-		dest = path.Join(cmp(st.workdir, "/"), dest)
+		dest = path.Join(cmp.Or(st.workdir, "/"), dest)
 	}
 	dest = path.Clean(dest)
 
