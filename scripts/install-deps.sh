@@ -32,3 +32,6 @@ if command -v npm >/dev/null 2>&1 && ! node -e 'require(require("path").join(pro
   echo "install-deps: installing typescript@5 (npm -g)" >&2
   npm install -g --silent typescript@5 >/dev/null
 fi
+
+# gVisor's runsc for the gvisor backend (a pinned source build; see the script).
+"$(dirname "$0")/install-runsc.sh"

@@ -2,6 +2,7 @@
 // to the host over the channel the backend provides.
 //
 //	warden-agent init              run as a native sandbox's PID 1 (started by wardend only)
+//	warden-agent gvisor-init       run as a gVisor sandbox's PID 1 (started by runsc for wardend)
 //	warden-agent serve -listen P   serve on the unix socket P (other backends, development)
 package main
 
@@ -17,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/warden-sandbox/warden/internal/agent"
+	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 )
 
@@ -24,6 +26,7 @@ const usage = `warden-agent: Warden's in-sandbox agent
 
 Usage:
   warden-agent init                 run as the PID 1 of a native sandbox (started by wardend)
+  warden-agent gvisor-init          run as the PID 1 of a gVisor sandbox (started by runsc)
   warden-agent serve -listen PATH   serve the agent protocol on a unix socket
   warden-agent help                 show this help
 
@@ -41,6 +44,11 @@ func main() {
 	case "init":
 		if err := nsinit.Run(); err != nil {
 			slog.Error("init failed", "err", err)
+			os.Exit(1)
+		}
+	case "gvisor-init":
+		if err := ginit.Run(); err != nil {
+			slog.Error("gvisor init failed", "err", err)
 			os.Exit(1)
 		}
 	case "serve":

@@ -106,6 +106,7 @@ var (
 func main() {
 	var (
 		killAll      = flag.Bool("kill-all", false, "probe 27: kill(-1, SIGKILL) from inside, then report")
+		cpuHog       = flag.Bool("cpu-hog", false, "probe 26: keep every CPU busy for 2s and note the CPU share seen inside (the host judges it by the sandbox's cgroup)")
 		memfdBomb    = flag.Bool("memfd-bomb", false, "probe 23: fill a memfd past -mem-limit (may take the whole sandbox down; run it in a sandbox of its own)")
 		serveSibling = flag.Bool("serve-sibling", false, "set up a sibling sandbox's canaries and serve until killed")
 		checkSibling = flag.Bool("check-sibling", false, "verify the sibling's canaries from inside the sibling")
@@ -152,6 +153,9 @@ func main() {
 		return
 	case *memfdBomb:
 		probeMemfdBomb(newReporter())
+		return
+	case *cpuHog:
+		probeCPU(newReporter())
 		return
 	}
 	runAll()
@@ -234,7 +238,6 @@ func groups() []group {
 		{23, "memory-bomb", 60 * time.Second, probeMemoryBomb, true},
 		{24, "disk-fill", 30 * time.Second, probeDiskFill, true},
 		{25, "fd-exhaustion", 20 * time.Second, probeFDs, true},
-		{26, "cpu-hog", 15 * time.Second, probeCPU, true},
 	}
 }
 

@@ -286,13 +286,11 @@ func probeCPU(r *reporter) {
 	cpu := time.Duration(ru1.Utime.Nano()-ru0.Utime.Nano()+ru1.Stime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
 	used := cpu.Seconds() / wall.Seconds()
 	allowed := float64(opts.CPUMillis) / 1000
-	bound := allowed*1.25 + 0.05
-	detail := fmt.Sprintf("%d busy threads used %.2f CPUs over %s; limit %.2f (bound %.2f)", n, used, wall.Round(time.Millisecond), allowed, bound)
-	if float64(runtime.NumCPU()) <= bound {
-		r.skip(id, "cpu-hog", "the limit is not below the CPUs this sandbox sees, nothing to tell apart: "+detail)
-		return
-	}
-	r.check(id, "cpu-hog", used <= bound, detail)
+	// Only a note: what a process sees of its own CPU time is the kernel's
+	// account under the native backend but gVisor's sampled clock under
+	// gvisor, which overcounts when the host is loaded. The host judges the
+	// limit by the sandbox's cgroup over the same run.
+	r.note(id, "cpu-hog", fmt.Sprintf("%d busy threads saw %.2f CPUs over %s (inside view); limit %.2f", n, used, wall.Round(time.Millisecond), allowed))
 }
 
 // probeKillAll is the -kill-all mode (probe 27): kill(-1, SIGKILL) kills

@@ -165,16 +165,7 @@ func (a *Agent) Close() {
 
 // Serve serves the agent on ln (HTTP/1.1 and HTTP/2 without TLS) until ctx ends.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
-	a.own.add(ln.Addr())
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Handler:           a.Handler(),
-		Protocols:         &protos,
-		ReadHeaderTimeout: 10 * time.Second,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
-	}
+	srv := a.Server(ln, a.Handler())
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -186,4 +177,21 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// Server returns the HTTP server that Serve runs on ln, with handler h (the
+// agent's Handler, possibly wrapped): the gVisor init serves the agent
+// itself, so that it can close every host-backed connection before a
+// checkpoint and listen again after a restore.
+func (a *Agent) Server(ln net.Listener, h http.Handler) *http.Server {
+	a.own.add(ln.Addr())
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
+	}
 }

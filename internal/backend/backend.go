@@ -210,8 +210,8 @@ type Usage struct {
 type Capabilities struct {
 	Isolation      string `json:"isolation"` // "namespaces", "gvisor", "kvm"
 	Pause          bool   `json:"pause"`
-	MemorySnapshot bool   `json:"memory_snapshot"`
-	Fork           bool   `json:"fork"`
+	MemorySnapshot bool   `json:"memory_snapshot"` // Pause writes memory to disk and releases it
+	Fork           bool   `json:"fork"`            // Snapshotter: new sandboxes from a running one's memory
 	GPU            bool   `json:"gpu"`
 	NeedsRoot      bool   `json:"needs_root"`
 	NeedsKVM       bool   `json:"needs_kvm"`
@@ -259,10 +259,16 @@ type SnapshotRef struct {
 	Data json.RawMessage `json:"data,omitempty"`
 }
 
-// Snapshotter is implemented by backends that snapshot memory and files.
+// Snapshotter is implemented by backends that snapshot a running sandbox's
+// memory and files and start new sandboxes from a snapshot (fork).
+// Snapshot leaves the source running. Restore starts a new sandbox with
+// spec's id and host-side limits from the snapshot; its layers must be the
+// source's. DeleteSnapshot frees a snapshot; sandboxes restored from it do
+// not need it any more.
 type Snapshotter interface {
 	Snapshot(ctx context.Context, h Handle) (SnapshotRef, error)
 	Restore(ctx context.Context, ref SnapshotRef, spec Spec) (Handle, error)
+	DeleteSnapshot(ctx context.Context, ref SnapshotRef) error
 }
 
 // Event is something that happened to a running sandbox that its owner and

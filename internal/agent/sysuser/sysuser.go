@@ -235,6 +235,9 @@ func setThreadIdentity(uid, gid uint32, groups []uint32) error {
 	if len(groups) > 0 {
 		gp = &groups[0]
 	}
+	if noFSUID() {
+		return setThreadEffectiveIdentity(uid, gid, gp, len(groups))
+	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptrOf(gp), 0); e != 0 {
 		return fmt.Errorf("setgroups: %w", e)
 	}
@@ -246,6 +249,42 @@ func setThreadIdentity(uid, gid uint32, groups []uint32) error {
 	}
 	if cur, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0); uint32(cur) != gid {
 		return fmt.Errorf("setfsgid %d: not permitted", gid)
+	}
+	return nil
+}
+
+// noFSUID reports whether the kernel lacks setfsuid: gVisor's sentry answers
+// it with ENOSYS (the Linux kernel never fails it).
+var noFSUID = sync.OnceValue(func() bool {
+	_, _, e := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	return e == unix.ENOSYS
+})
+
+// setThreadEffectiveIdentity is setThreadIdentity where setfsuid does not
+// exist (gVisor): the thread's effective uid and gid change instead, the
+// real and saved ids stay root's, so the change can be undone. Raw
+// setresuid/setresgid act on the calling thread only. Switching the effective
+// uid from 0 to uid clears the thread's effective capabilities, as fsuid does
+// for the filesystem ones, and switching back restores them from the
+// permitted set; so the order is groups and gid first when leaving root, uid
+// first when coming back.
+func setThreadEffectiveIdentity(uid, gid uint32, gp *uint32, ngroups int) error {
+	const keep = ^uintptr(0) // -1: leave unchanged
+	if uid == 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			return fmt.Errorf("seteuid 0: %w", e)
+		}
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(ngroups), uintptrOf(gp), 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+		return fmt.Errorf("setegid %d: %w", gid, e)
+	}
+	if uid != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+			return fmt.Errorf("seteuid %d: %w", uid, e)
+		}
 	}
 	return nil
 }

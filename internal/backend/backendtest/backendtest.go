@@ -121,6 +121,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Probes", func(t *testing.T) { testProbes(t, f, b) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, f, b) })
 	t.Run("Pause", func(t *testing.T) { testPause(t, f, b) })
+	t.Run("Fork", func(t *testing.T) { testFork(t, f, b) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, f, b) })
 	t.Run("Teardown", func(t *testing.T) { testTeardown(t, f, b) })
 }
@@ -579,6 +580,42 @@ print(len(ps), failed)
 	s.Sh(t, "", "echo alive")
 }
 
+// counterScript keeps a count in a shell variable (the process's memory)
+// and writes it out every 50ms with the shell's pid.
+const counterScript = `i=0; while :; do i=$((i+1)); echo "$$ $i" > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done`
+
+// readCounter returns the counter process's pid and count.
+func readCounter(t *testing.T, s *Sandbox) (pid, n int) {
+	t.Helper()
+	out := strings.TrimSpace(s.Sh(t, "", "cat /tmp/count"))
+	if _, err := fmt.Sscanf(out, "%d %d", &pid, &n); err != nil {
+		t.Fatalf("counter: %q: %v", out, err)
+	}
+	return pid, n
+}
+
+// startCounter starts the counter in the background and waits for its
+// first count.
+func startCounter(t *testing.T, s *Sandbox) {
+	t.Helper()
+	s.Sh(t, "", "(sh -c '"+counterScript+"' >/dev/null 2>&1 &); for i in $(seq 100); do [ -s /tmp/count ] && exit 0; sleep 0.05; done; exit 1")
+}
+
+// checkCounting checks the counter process is the same one and counts on
+// from at least n.
+func checkCounting(t *testing.T, s *Sandbox, pid, n int, when string) {
+	t.Helper()
+	p1, n1 := readCounter(t, s)
+	time.Sleep(300 * time.Millisecond)
+	p2, n2 := readCounter(t, s)
+	if p1 != pid || p2 != pid {
+		t.Fatalf("%s: the counter is process %d then %d, want %d (it was restarted, not resumed)", when, p1, p2, pid)
+	}
+	if n1 < n || n2 <= n1 {
+		t.Fatalf("%s: count %d then %d; want at least %d and growing (the process lost its memory or stopped)", when, n1, n2, n)
+	}
+}
+
 func testPause(t *testing.T, f Factory, b backend.Backend) {
 	p, ok := b.(backend.Pauser)
 	if !b.Capabilities().Pause || !ok {
@@ -586,16 +623,135 @@ func testPause(t *testing.T, f Factory, b backend.Backend) {
 	}
 	s := Start(t, f, b, nil)
 	ctx := context.Background()
+	s.Sh(t, "", "echo kept > /home/user/state && head -c 48M /dev/urandom > /dev/shm/blob && md5sum /dev/shm/blob > /home/user/blob.md5")
+	startCounter(t, s)
+	pid, n := readCounter(t, s)
+	before, err := b.Usage(ctx, s.H)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Pause(ctx, s.H); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
 	if st, _ := b.Status(ctx, s.H); st != backend.StatePaused {
 		t.Fatalf("status after pause = %q", st)
 	}
-	if err := p.Resume(ctx, s.H); err != nil {
-		t.Fatalf("resume: %v", err)
+	time.Sleep(300 * time.Millisecond)
+	during, err := b.Usage(ctx, s.H)
+	if err != nil {
+		t.Fatalf("usage while paused: %v", err)
 	}
-	s.Sh(t, "", "echo resumed")
+	t.Logf("memory before pause %d MiB, while paused %d MiB; CPU while paused measured below", before.MemoryBytes>>20, during.MemoryBytes>>20)
+	if b.Capabilities().MemorySnapshot {
+		// Written to disk and released: the 48 MiB in /dev/shm and all else.
+		if before.MemoryBytes < 48<<20 || during.MemoryBytes > 16<<20 {
+			t.Errorf("memory %d MiB before pause, %d MiB while paused: a memory snapshot must release it", before.MemoryBytes>>20, during.MemoryBytes>>20)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if later, err := b.Usage(ctx, s.H); err == nil && later.CPUNanos-during.CPUNanos > int64(20*time.Millisecond) {
+		t.Errorf("a paused sandbox used %s of CPU in 300ms", time.Duration(later.CPUNanos-during.CPUNanos))
+	}
+	// Pausing again may fail or do nothing; it must not unpause.
+	p.Pause(ctx, s.H)
+	if st, _ := b.Status(ctx, s.H); st != backend.StatePaused {
+		t.Fatalf("status after a second pause = %q", st)
+	}
+	// A restarted daemon finds it paused and resumes it.
+	b2 := f.New(t)
+	if err := b2.Recover(ctx, s.H); err != nil {
+		t.Fatalf("recover a paused sandbox: %v", err)
+	}
+	if st, _ := b2.Status(ctx, s.H); st != backend.StatePaused {
+		t.Fatalf("status of a paused sandbox after recovery = %q", st)
+	}
+	if err := b2.(backend.Pauser).Resume(ctx, s.H); err != nil {
+		t.Fatalf("resume after recovery: %v", err)
+	}
+	if st, _ := b2.Status(ctx, s.H); st != backend.StateRunning {
+		t.Fatalf("status after resume = %q", st)
+	}
+	c := agentclient.New(func(ctx context.Context) (netConn, error) { return b2.DialAgent(ctx, s.H) })
+	defer c.Close()
+	s2 := &Sandbox{B: b2, H: s.H, Client: c}
+	checkCounting(t, s2, pid, n, "after pause, daemon restart and resume")
+	if got := s2.Sh(t, "", "cat /home/user/state && md5sum -c --quiet /home/user/blob.md5 && echo blob-ok"); got != "kept\nblob-ok\n" {
+		t.Fatalf("files after resume: %q", got)
+	}
+	// Pause and resume again, on the same backend.
+	if err := b2.(backend.Pauser).Pause(ctx, s.H); err != nil {
+		t.Fatalf("second pause: %v", err)
+	}
+	if err := b2.(backend.Pauser).Resume(ctx, s.H); err != nil {
+		t.Fatalf("second resume: %v", err)
+	}
+	checkCounting(t, s2, pid, n, "after a second pause and resume")
+	if err := b2.Delete(ctx, s.H); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if left := f.Leftovers(t, s.H.ID); len(left) > 0 {
+		t.Fatalf("leftovers after delete: %v", left)
+	}
+}
+
+// testFork forks a running sandbox with state twice: each fork has the
+// state (files, a running process and its memory), its own writable layer,
+// and its own random numbers; the source keeps running.
+func testFork(t *testing.T, f Factory, b backend.Backend) {
+	sn, ok := b.(backend.Snapshotter)
+	if !b.Capabilities().Fork || !ok {
+		t.Skipf("backend %s declares no fork capability", b.ID())
+	}
+	ctx := context.Background()
+	src := Start(t, f, b, nil)
+	src.Sh(t, "", "echo parent > /home/user/state")
+	startCounter(t, src)
+	pid, n := readCounter(t, src)
+	ref, err := sn.Snapshot(ctx, src.H)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	defer sn.DeleteSnapshot(ctx, ref)
+	checkCounting(t, src, pid, n, "the source after the snapshot")
+	var forks []*Sandbox
+	for i := 0; i < 2; i++ {
+		spec := f.Spec(t, newID("fork"))
+		h, err := sn.Restore(ctx, ref, spec)
+		if err != nil {
+			t.Fatalf("restore fork %d: %v", i, err)
+		}
+		t.Cleanup(func() {
+			if err := b.Delete(context.Background(), h); err != nil {
+				t.Errorf("delete fork: %v", err)
+			}
+			if left := f.Leftovers(t, h.ID); len(left) > 0 {
+				t.Errorf("leftovers after deleting a fork: %v", left)
+			}
+		})
+		c := agentclient.New(func(ctx context.Context) (netConn, error) { return b.DialAgent(ctx, h) })
+		t.Cleanup(c.Close)
+		forks = append(forks, &Sandbox{B: b, H: h, Client: c})
+	}
+	var rnd []string
+	for i, fk := range forks {
+		checkCounting(t, fk, pid, n, fmt.Sprintf("fork %d", i))
+		if got := fk.Sh(t, "", "cat /home/user/state"); got != "parent\n" {
+			t.Fatalf("fork %d: state %q", i, got)
+		}
+		fk.Sh(t, "", fmt.Sprintf("echo fork%d > /home/user/state", i))
+		rnd = append(rnd, fk.Sh(t, "", "head -c 16 /dev/urandom | od -An -tx1"))
+	}
+	for i, fk := range forks {
+		if got := fk.Sh(t, "", "cat /home/user/state"); got != fmt.Sprintf("fork%d\n", i) {
+			t.Fatalf("fork %d sees %q: forks share a writable layer", i, got)
+		}
+	}
+	if got := src.Sh(t, "", "cat /home/user/state"); got != "parent\n" {
+		t.Fatalf("the source sees %q after its forks wrote", got)
+	}
+	if rnd[0] == rnd[1] {
+		t.Fatalf("two forks read the same random bytes: %s", rnd[0])
+	}
 }
 
 func testRecover(t *testing.T, f Factory, b backend.Backend) {

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,8 +60,8 @@ type probeResult struct {
 
 // insideProbes are the probes of probes.md warden-probe checks from inside;
 // each must report at least once. 5, 6 and 28 are checked from the host
-// here, 27 by the -kill-all run.
-var insideProbes = []int{1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26}
+// here, 26 by the -cpu-hog run judged by the cgroup, 27 by the -kill-all run.
+var insideProbes = []int{1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25}
 
 const probePath = "/usr/local/bin/warden-probe"
 const setuidPath = "/usr/local/bin/warden-probe-suid"
@@ -165,6 +166,9 @@ func testProbes(t *testing.T, f Factory, b backend.Backend) {
 	}
 	maxDrop := disk.stop()
 	phase("setup and probe runs")
+	// Probe 26: a CPU hog on every core, judged by the host's account.
+	cpuHog(t, b, s)
+	phase("cpu hog")
 	// Host-side probes 5 and 6 through the agent's file API.
 	testTarSlip(t, s, c)
 	testFileAPIEscapes(t, s, c)
@@ -388,6 +392,56 @@ func judge(t *testing.T, user string, results []probeResult, summary map[string]
 	for _, id := range insideProbes {
 		if !seen[id] {
 			t.Errorf("probe %d reported nothing as %s", id, user)
+		}
+	}
+}
+
+// cpuHog is probe 26: warden-probe -cpu-hog keeps every CPU the sandbox sees
+// busy for 2 s; the sandbox's CPU time as the backend's host cgroup counts it
+// (which holds the sentry and gofer under gvisor) over the host's wall time
+// of the run must stay within the limit, with a quarter and 0.05 CPU slack
+// for the CFS period and the agent. The inside view is only logged: gVisor's
+// sampled per-task clock overcounts on a loaded host.
+func cpuHog(t *testing.T, b backend.Backend, s *Sandbox) {
+	t.Helper()
+	ctx := context.Background()
+	allowed := float64(probeLimits.CPUMillis) / 1000
+	bound := allowed*1.25 + 0.05
+	if float64(runtime.NumCPU()) <= bound {
+		t.Logf("SKIP probe 26 cpu-hog: this host has %d CPUs, not more than the bound %.2f; nothing to tell apart", runtime.NumCPU(), bound)
+		return
+	}
+	for _, user := range []string{"user", "root"} {
+		u0, err := b.Usage(ctx, s.H)
+		if err != nil {
+			t.Fatalf("probe 26: usage: %v", err)
+		}
+		t0 := time.Now()
+		results := runProbe(t, s, user, "-cpu-hog", "-cpu-millis", strconv.FormatInt(probeLimits.CPUMillis, 10))
+		wall := time.Since(t0)
+		u1, err := b.Usage(ctx, s.H)
+		if err != nil {
+			t.Fatalf("probe 26: usage: %v", err)
+		}
+		inside := "no report"
+		for _, r := range results {
+			if r.ID == 26 {
+				inside = r.Detail
+			}
+		}
+		if u0.CPUNanos < 0 || u1.CPUNanos < 0 {
+			t.Errorf("probe 26 (%s): the backend reports no CPU time, so the limit cannot be checked", user)
+			continue
+		}
+		used := float64(u1.CPUNanos-u0.CPUNanos) / float64(wall.Nanoseconds())
+		detail := fmt.Sprintf("the sandbox's cgroup used %.2f CPUs over %s; limit %.2f (bound %.2f); %s", used, wall.Round(time.Millisecond), allowed, bound, inside)
+		if used > bound {
+			t.Errorf("probe 26 cpu-hog FAILED as %s: %s", user, detail)
+		} else {
+			t.Logf("probe 26 cpu-hog passed as %s: %s", user, detail)
+		}
+		if wall < 2*time.Second {
+			t.Errorf("probe 26 (%s): the run took %s, less than the 2 s hog: %s", user, wall, inside)
 		}
 	}
 }

@@ -103,8 +103,13 @@ var (
 
 // Bounds used to validate Limits.
 const (
-	// CFSPeriodMicros is the CFS period used for the CPU quota (100ms).
+	// CFSPeriodMicros is the CFS period used for the CPU quota (100ms)
+	// unless Limits.CPUPeriodMicros says otherwise.
 	CFSPeriodMicros = 100_000
+	// MinCPUPeriodMicros and MaxCPUPeriodMicros bound Limits.CPUPeriodMicros
+	// (the kernel's bounds for cpu.cfs_period_us).
+	MinCPUPeriodMicros = 1_000
+	MaxCPUPeriodMicros = 1_000_000
 	// MinCPUMillis is the smallest CPU limit: 1ms of CPU per 100ms period, the
 	// kernel's minimum CFS quota.
 	MinCPUMillis = 10
@@ -130,6 +135,12 @@ type Limits struct {
 	MemoryBytes int64
 	// Pids caps the number of tasks (processes and threads) in the group.
 	Pids int64
+	// CPUPeriodMicros is the CFS period the CPU quota is spread over; 0
+	// means CFSPeriodMicros. A longer period makes throttling coarser (a
+	// busy group runs for longer stretches, then waits longer); the gvisor
+	// backend uses one so that gVisor's sampled CPU clocks stay close to
+	// the CPU time the group really gets.
+	CPUPeriodMicros int64
 }
 
 // Validate reports whether l is within the accepted bounds.
@@ -143,12 +154,23 @@ func (l Limits) Validate() error {
 	if l.Pids < 0 || l.Pids > MaxPids {
 		return fmt.Errorf("%w: pids limit %d outside [1, %d] (0 = unlimited)", ErrInvalid, l.Pids, MaxPids)
 	}
+	if l.CPUPeriodMicros != 0 && (l.CPUPeriodMicros < MinCPUPeriodMicros || l.CPUPeriodMicros > MaxCPUPeriodMicros) {
+		return fmt.Errorf("%w: cpu period %d us outside [%d, %d] (0 = default)", ErrInvalid, l.CPUPeriodMicros, MinCPUPeriodMicros, MaxCPUPeriodMicros)
+	}
 	return nil
+}
+
+// period is the CFS period of l in microseconds.
+func (l Limits) period() int64 {
+	if l.CPUPeriodMicros > 0 {
+		return l.CPUPeriodMicros
+	}
+	return CFSPeriodMicros
 }
 
 // cfsQuota returns the CFS quota in microseconds for l.CPUMillis.
 func (l Limits) cfsQuota() int64 {
-	return l.CPUMillis * CFSPeriodMicros / 1000
+	return l.CPUMillis * l.period() / 1000
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -207,6 +229,7 @@ type impl interface {
 	kill() error
 	remove() error
 	watchOOM() (oomWatcher, error)
+	memoryUsageFile() string
 }
 
 // oomWatcher is a source of OOM wake-ups. wait blocks until the next one and
@@ -392,6 +415,15 @@ func (g *Group) Stats() (Stats, error) {
 		return Stats{}, fmt.Errorf("cgroup stats %q: %w", g.name, err)
 	}
 	return s, nil
+}
+
+// MemoryUsageFile returns the file that holds the group's current memory
+// charge: memory.usage_in_bytes on v1, memory.current on v2. On v1, usage
+// thresholds can be registered in cgroup.event_control next to it.
+func (g *Group) MemoryUsageFile() string {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.impl.memoryUsageFile()
 }
 
 // Freeze stops every process in the group and returns once they are all

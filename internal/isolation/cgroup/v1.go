@@ -101,7 +101,7 @@ func createV1(l *v1Layout, name string, lim Limits) (impl, []string, error) {
 			notes = append(notes, "memory.memsw.limit_in_bytes absent (no swap accounting): only RAM is limited, swap is not")
 		}
 	}
-	period := uint64(CFSPeriodMicros)
+	period := uint64(lim.period())
 	res.CPU = &specs.LinuxCPU{Period: &period}
 	if lim.CPUMillis > 0 {
 		q := lim.cfsQuota()
@@ -298,6 +298,10 @@ func (g *v1Group) remove() error {
 type v1OOM struct {
 	f   *os.File
 	dir string
+}
+
+func (g *v1Group) memoryUsageFile() string {
+	return filepath.Join(g.dir("memory"), "memory.usage_in_bytes")
 }
 
 func (g *v1Group) watchOOM() (oomWatcher, error) {

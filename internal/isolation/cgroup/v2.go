@@ -95,7 +95,7 @@ func createV2(root, name string, lim Limits, controllers bool) (impl, []string, 
 	if lim.MemoryBytes > 0 {
 		res.Memory.Max = &lim.MemoryBytes
 	}
-	period := uint64(CFSPeriodMicros)
+	period := uint64(lim.period())
 	var quota *int64
 	if lim.CPUMillis > 0 {
 		q := lim.cfsQuota()
@@ -244,6 +244,8 @@ type v2OOM struct {
 	dir  string
 	last uint64
 }
+
+func (g *v2Group) memoryUsageFile() string { return filepath.Join(g.dir, "memory.current") }
 
 func (g *v2Group) watchOOM() (oomWatcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)

@@ -1,0 +1,485 @@
+package gvisor
+
+// Pause, resume and fork with memory.
+//
+// Pause checkpoints the sandbox to disk and ends its sentry, so its memory
+// goes back to the host; Resume restores it from that checkpoint under the
+// same id, with its processes, their memory, open files and in-sandbox
+// sockets, and its writable layers (which live in gVisor's memory). The
+// sequence, made so that a failure never leaves a sandbox half-paused:
+//
+//  1. The agent lets go of its host sockets (gVisor cannot save them; see
+//     ginit/suspend.go). Every connection to the agent ends here: clients
+//     reconnect after the resume, and streams they followed (a running
+//     command's output) must be reattached (process Connect).
+//  2. runsc pause stops every task, then runsc checkpoint --leave-running
+//     writes the image into Dir/checkpoint.new. Left running, the kernel
+//     stays paused, so nothing runs between the image and the kill.
+//  3. Only once the image is complete is it renamed to Dir/checkpoint and
+//     the handle (handle.json) says so; then the sentry is killed and
+//     runsc's state dropped.
+//
+// If 2 fails, the sandbox is resumed and the agent listens again: it is
+// running, as before. Resume runs runsc restore from Dir/checkpoint, tells
+// the agent to listen (SIGUSR2) and waits for it; it deletes the image only
+// once the agent answers. If it fails, whatever started is killed and the
+// image stays for a retry.
+//
+// Fork (Snapshot, then Restore with a new spec) writes the same image into
+// a snapshot directory while the source keeps running, and restores it into
+// new sandboxes, each with its own run directory, host cgroup, writable
+// layers (restored from the image, so copies) and a fresh sentry. gVisor's
+// getrandom(2) and /dev/urandom read the host's kernel on every call, so
+// forks never share random output; random state a program keeps itself
+// (a seeded PRNG) is copied with its memory, as in any fork.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
+)
+
+var _ backend.Snapshotter = (*Backend)(nil)
+
+func (st handleData) checkpoint() string { return filepath.Join(st.Dir, "checkpoint") }
+
+// snapshotDir holds forkable snapshots, one directory each.
+const snapshotDir = ".snapshots"
+
+// suspendAgent asks the agent to close its host sockets and waits until it
+// has.
+func (b *Backend) suspendAgent(ctx context.Context, st handleData) error {
+	marker := filepath.Join(st.control(), ginit.SuspendedName)
+	os.Remove(marker)
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", st.socket())
+		}}, Timeout: 5 * time.Second}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+ginit.SuspendPath, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("suspend agent: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("suspend agent: %s", resp.Status)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			os.Remove(marker)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("suspend agent: it did not close its sockets within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// wakeAgent tells a suspended agent to listen again and waits until it
+// answers.
+func (b *Backend) wakeAgent(ctx context.Context, bx *box) error {
+	if _, err := b.runscFor(bx.state, 1).run(ctx, "kill", bx.id, "USR2"); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
+	defer cancel()
+	return b.waitAgent(wctx, bx)
+}
+
+// writeImage checkpoints the running sandbox into dir, leaving it paused:
+// the agent suspended, every task stopped. On failure it is running again.
+func (b *Backend) writeImage(ctx context.Context, bx *box, dir string) (err error) {
+	r := b.runscFor(bx.state, 1)
+	if err := b.suspendAgent(ctx, bx.state); err != nil {
+		b.wakeAgent(context.WithoutCancel(ctx), bx)
+		return err
+	}
+	if _, err := r.run(ctx, "pause", bx.id); err != nil {
+		b.wakeAgent(context.WithoutCancel(ctx), bx)
+		return err
+	}
+	defer func() {
+		if err != nil {
+			rctx := context.WithoutCancel(ctx)
+			r.run(rctx, "resume", bx.id)
+			b.wakeAgent(rctx, bx)
+		}
+	}()
+	os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if _, err := r.run(ctx, "checkpoint", "--leave-running", "--compression=none", "--image-path="+dir, bx.id); err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// syncDir flushes a directory's files and the directory itself to disk,
+// and drops the files from the page cache.
+func syncDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if err == nil {
+			// Out of the page cache, which the sandbox's cgroup is
+			// charged for: a paused sandbox holds no memory.
+			unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		}
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Pause implements backend.Pauser: the sandbox is checkpointed to disk and
+// its sentry ends, releasing its memory.
+func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if !bx.running() || bx.paused.Load() {
+		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	if b.cfg.DiskOverlay {
+		return fmt.Errorf("%w: pausing needs the writable layer in memory (disk_overlay is set)", backend.ErrUnsupported)
+	}
+	tmp := bx.state.checkpoint() + ".new"
+	if err := b.writeImage(ctx, bx, tmp); err != nil {
+		return err
+	}
+	// From here the image is the sandbox.
+	os.RemoveAll(bx.state.checkpoint())
+	if err := os.Rename(tmp, bx.state.checkpoint()); err != nil {
+		os.RemoveAll(tmp)
+		r := b.runscFor(bx.state, 1)
+		r.run(context.WithoutCancel(ctx), "resume", bx.id)
+		b.wakeAgent(context.WithoutCancel(ctx), bx)
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	bx.onDisk.Store(true)
+	bx.paused.Store(true)
+	bx.state.OnDisk = true
+	b.saveState(bx)
+	// End the sentry; watch sees onDisk and keeps the sandbox.
+	if bx.pidfd >= 0 {
+		unix.PidfdSendSignal(bx.pidfd, unix.SIGKILL, nil, 0)
+	}
+	if cg, err := bx.group(); err == nil {
+		cg.Kill()
+	}
+	select {
+	case <-bx.exited:
+	case <-time.After(10 * time.Second):
+		b.logf(bx, "checkpointed sentry still alive after 10s")
+	}
+	if bx.pidfd >= 0 {
+		unix.Close(bx.pidfd)
+		bx.pidfd = -1
+	}
+	if _, err := b.runscFor(bx.state, 1).run(context.WithoutCancel(ctx), "delete", "--force", bx.id); err != nil {
+		b.logf(bx, "runsc delete after checkpoint: %v", err)
+	}
+	return nil
+}
+
+// Resume implements backend.Pauser: restore from the checkpoint.
+func (b *Backend) Resume(ctx context.Context, h backend.Handle) error {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if !bx.onDisk.Load() {
+		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	select {
+	case <-bx.done:
+		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	default:
+	}
+	if err := b.restore(ctx, bx, bx.state.checkpoint()); err != nil {
+		return err
+	}
+	bx.onDisk.Store(false)
+	bx.paused.Store(false)
+	bx.state.OnDisk = false
+	b.saveState(bx)
+	os.RemoveAll(bx.state.checkpoint())
+	return nil
+}
+
+// restore boots bx's sentry from the image in dir and waits for its agent.
+// On failure nothing of the attempt is left running and dir is untouched.
+func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) {
+	st := &bx.state
+	r := b.runscFor(*st, st.DiskBytes)
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
+	defer cancel()
+	// A sentry from an attempt a crash interrupted.
+	r.run(rctx, "delete", "--force", bx.id)
+	logf, err := os.OpenFile(st.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox log: %w", err)
+	}
+	defer logf.Close()
+	args := append(append([]string{}, r.flags...), "--log="+filepath.Join(st.Dir, "runsc.log"),
+		"restore", "--detach", "--image-path="+dir, "--bundle="+st.bundle(), bx.id)
+	cmd := exec.CommandContext(rctx, r.path, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		r.run(context.WithoutCancel(ctx), "delete", "--force", bx.id)
+		return fmt.Errorf("restore %s: runsc restore: %v: %s", bx.id, err, b.logTail(*st))
+	}
+	fail := func(e error) error {
+		kctx := context.WithoutCancel(ctx)
+		if cg, err := bx.group(); err == nil {
+			cg.Kill()
+		}
+		r.run(kctx, "delete", "--force", bx.id)
+		return fmt.Errorf("restore %s: %w", bx.id, e)
+	}
+	cs, err := r.state(rctx, bx.id)
+	if err != nil {
+		return fail(err)
+	}
+	if cs.Pid <= 0 {
+		return fail(errors.New("runsc reports no sandbox pid"))
+	}
+	start, err := procStartTime(cs.Pid)
+	if err != nil {
+		return fail(err)
+	}
+	pidfd, err := unix.PidfdOpen(cs.Pid, 0)
+	if err != nil {
+		return fail(fmt.Errorf("pidfd: %w", err))
+	}
+	if t, err := procStartTime(cs.Pid); err != nil || t != start {
+		unix.Close(pidfd)
+		return fail(errors.New("the restored sandbox exited: " + b.logTail(*st)))
+	}
+	exited := make(chan struct{})
+	bx.pidfd, bx.exited = pidfd, exited
+	st.Pid, st.StartTime = cs.Pid, start
+	go bx.watch(pidfd, exited)
+	if err := b.wakeAgent(rctx, bx); err != nil {
+		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		e := fail(err)
+		<-exited
+		unix.Close(pidfd)
+		bx.pidfd = -1
+		return e
+	}
+	go b.watchMemory(bx, exited)
+	return nil
+}
+
+// logf notes a backend problem in the sandbox's log.
+func (b *Backend) logf(bx *box, format string, args ...any) {
+	f, err := os.OpenFile(bx.state.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(f, "wardend: "+format+"\n", args...)
+	f.Close()
+}
+
+// snapshotData is a snapshot's reference data.
+type snapshotData struct {
+	Dir string `json:"dir"`
+	// Layers are the source's template layers: a restore must present the
+	// same mounts.
+	Layers []backend.Layer `json:"layers"`
+}
+
+// Snapshot implements backend.Snapshotter: an image of the running sandbox
+// for Restore, which keeps running (a pause of the time it takes to write
+// its memory, and its agent connections end as for Pause).
+func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.SnapshotRef, error) {
+	bx, err := b.lookup(h)
+	if err != nil {
+		return backend.SnapshotRef{}, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if !bx.running() || bx.paused.Load() {
+		return backend.SnapshotRef{}, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	if b.cfg.DiskOverlay {
+		return backend.SnapshotRef{}, fmt.Errorf("%w: snapshots need the writable layer in memory (disk_overlay is set)", backend.ErrUnsupported)
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	id := "snap-" + hex.EncodeToString(rnd[:])
+	root := filepath.Join(b.cfg.RunDir, snapshotDir)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return backend.SnapshotRef{}, fmt.Errorf("snapshot: %w", err)
+	}
+	dir := filepath.Join(root, id)
+	if err := b.writeImage(ctx, bx, dir); err != nil {
+		return backend.SnapshotRef{}, err
+	}
+	r := b.runscFor(bx.state, 1)
+	rctx := context.WithoutCancel(ctx)
+	if _, err := r.run(rctx, "resume", bx.id); err != nil {
+		os.RemoveAll(dir)
+		return backend.SnapshotRef{}, fmt.Errorf("resume after snapshot: %w", err)
+	}
+	if err := b.wakeAgent(rctx, bx); err != nil {
+		os.RemoveAll(dir)
+		return backend.SnapshotRef{}, fmt.Errorf("resume after snapshot: %w", err)
+	}
+	raw, _ := json.Marshal(snapshotData{Dir: dir, Layers: bx.spec.Layers})
+	return backend.SnapshotRef{ID: id, Data: raw}, nil
+}
+
+// DeleteSnapshot implements backend.Snapshotter: it removes the image.
+func (b *Backend) DeleteSnapshot(ctx context.Context, ref backend.SnapshotRef) error {
+	var sd snapshotData
+	if err := json.Unmarshal(ref.Data, &sd); err != nil {
+		return fmt.Errorf("snapshot %s: %w", ref.ID, err)
+	}
+	if filepath.Dir(sd.Dir) != filepath.Join(b.cfg.RunDir, snapshotDir) {
+		return fmt.Errorf("snapshot %s: refusing to remove %q", ref.ID, sd.Dir)
+	}
+	return os.RemoveAll(sd.Dir)
+}
+
+// Restore implements backend.Snapshotter: a new sandbox (spec's id, limits
+// and environment for the host side; its layers must be the snapshot's)
+// running from the snapshot. The processes, memory, files and kernel-side
+// settings (the in-sandbox limits, hostname, env of running processes) are
+// the source's.
+func (b *Backend) Restore(ctx context.Context, ref backend.SnapshotRef, spec backend.Spec) (h backend.Handle, err error) {
+	var sd snapshotData
+	if err := json.Unmarshal(ref.Data, &sd); err != nil {
+		return h, fmt.Errorf("%w: snapshot %s: %w", backend.ErrInvalidSpec, ref.ID, err)
+	}
+	if filepath.Dir(sd.Dir) != filepath.Join(b.cfg.RunDir, snapshotDir) {
+		return h, fmt.Errorf("%w: snapshot %s is not this backend's", backend.ErrInvalidSpec, ref.ID)
+	}
+	if _, err := os.Stat(filepath.Join(sd.Dir, "checkpoint.img")); err != nil {
+		return h, fmt.Errorf("snapshot %s: %w", ref.ID, err)
+	}
+	if !sameLayers(sd.Layers, spec.Layers) {
+		return h, fmt.Errorf("%w: a sandbox restored from snapshot %s must have its source's template layers", backend.ErrInvalidSpec, ref.ID)
+	}
+	if h, err = b.Create(ctx, spec); err != nil {
+		return h, err
+	}
+	bx, err := b.lookup(h)
+	if err != nil {
+		return h, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	bx.started = true
+	// gVisor restores the source's control directory entries it had
+	// looked up: the OOM counter (held open) and the two socket files.
+	if err := plantControl(bx.state.control()); err != nil {
+		b.cleanup(context.WithoutCancel(ctx), bx.state, bx.id)
+		b.forget(bx)
+		return h, fmt.Errorf("restore %s: %w", bx.id, err)
+	}
+	if err := b.restore(ctx, bx, sd.Dir); err != nil {
+		b.cleanup(context.WithoutCancel(ctx), bx.state, bx.id)
+		b.forget(bx)
+		return h, err
+	}
+	b.saveState(bx)
+	return b.handle(bx), nil
+}
+
+// plantControl creates what a restored image expects in the control
+// directory: the OOM counter and the agent's and watchdog's socket files
+// (bound and closed here; the agent binds them anew).
+func plantControl(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, ginit.OOMFileName), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, name := range []string{ginit.SocketName, ginit.WatchdogSocketName} {
+		ln, err := net.Listen("unix", filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		ln.Close()
+	}
+	return nil
+}
+
+func sameLayers(a, b []backend.Layer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if filepath.Clean(a[i].Path) != filepath.Clean(b[i].Path) || a[i].Target != b[i].Target {
+			return false
+		}
+	}
+	return true
+}
+
+// recoverOnDisk re-attaches a checkpointed sandbox after a daemon restart.
+// A sentry a crash left half-restored is ended: the image is the sandbox.
+func (b *Backend) recoverOnDisk(ctx context.Context, bx *box) error {
+	if _, err := os.Stat(filepath.Join(bx.state.checkpoint(), "checkpoint.img")); err != nil {
+		return fmt.Errorf("its checkpoint is gone: %w", err)
+	}
+	if cg, err := bx.group(); err != nil {
+		return err
+	} else {
+		cg.Kill()
+	}
+	b.runscFor(bx.state, 1).run(ctx, "delete", "--force", bx.id)
+	bx.state.Pid, bx.state.StartTime = 0, 0
+	bx.onDisk.Store(true)
+	bx.paused.Store(true)
+	bx.exited = make(chan struct{})
+	close(bx.exited)
+	return nil
+}
