@@ -135,7 +135,7 @@ func run(o opts) error {
 			baselines = append(baselines, rs)
 		}
 	} else {
-		notes = append(notes, "runsc is not installed: no gVisor baseline (the gvisor backend's branch, wip/gvisor, has a script that builds it)")
+		notes = append(notes, "runsc is not installed: no gVisor baseline (scripts/install-runsc.sh builds it)")
 	}
 
 	seq := 0
@@ -211,6 +211,12 @@ func run(o opts) error {
 		}
 		all = append(all, series...)
 		notes = append(notes, ns...)
+		bs, bn, err := backendBench(ctx, c, n)
+		if err != nil {
+			return fmt.Errorf("pause/resume benchmark: %w", err)
+		}
+		all = append(all, bs...)
+		notes = append(notes, bn...)
 		if o.net > 0 {
 			ns, nn, err := networkBench(ctx, c, n, o.net)
 			if err != nil {

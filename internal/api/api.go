@@ -239,6 +239,7 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setTimeout},
 		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, h: s.pauseSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, h: s.resumeSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/fork", action: "sandbox.fork", scope: auth.ScopeSandboxesCreate, audited: true, h: s.forkSandbox},
 		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, h: s.usage},
 		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, h: s.getNetwork},
 		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setNetwork},

@@ -94,11 +94,15 @@ type createSandboxRequest struct {
 	AutoPause      *bool             `json:"auto_pause"`
 	AutoResume     *bool             `json:"auto_resume"`
 	Network        *network.Policy   `json:"network"`
+	Isolation      *string           `json:"isolation"`
 }
 
 func (q *createSandboxRequest) validate() error {
 	if q.Template != nil && (*q.Template == "" || len(*q.Template) > 128) {
 		return apierr.Validation("template: must be 1 to 128 characters")
+	}
+	if q.Isolation != nil && *q.Isolation != "native" && *q.Isolation != "gvisor" {
+		return apierr.Validation("isolation: must be native or gvisor")
 	}
 	if q.CPUMillis != nil && (*q.CPUMillis < 100 || *q.CPUMillis > 1024*1000) {
 		return apierr.Validation("cpu_millis: must be between 100 and 1024000")
@@ -196,6 +200,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		AutoPause:  deref(q.AutoPause),
 		AutoResume: deref(q.AutoResume),
 		Network:    q.Network,
+		Isolation:  deref(q.Isolation),
 	})
 	oc := "success"
 	if err != nil {
@@ -328,6 +333,52 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+// forkRequest is the ForkSandboxRequest schema.
+type forkRequest struct {
+	Count          *int              `json:"count"`
+	TimeoutSeconds *int64            `json:"timeout_seconds"`
+	Metadata       map[string]string `json:"metadata"`
+}
+
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
+	var q forkRequest
+	if err := decodeJSON(r, &q, false); err != nil {
+		return err
+	}
+	n := 1
+	if q.Count != nil {
+		n = *q.Count
+	}
+	if n < 1 || n > sandbox.MaxFork {
+		return apierr.Validation("count: must be between 1 and %d", sandbox.MaxFork)
+	}
+	if q.TimeoutSeconds != nil && (*q.TimeoutSeconds < 1 || *q.TimeoutSeconds > 86400) {
+		return apierr.Validation("timeout_seconds: must be between 1 and 86400")
+	}
+	if err := (&createSandboxRequest{Metadata: q.Metadata}).validate(); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if _, err := s.sandboxFor(r, id); err != nil {
+		return err
+	}
+	st := stateOf(r)
+	st.detail["count"] = n
+	forks, err := s.mgr.Fork(r.Context(), id, sandbox.ForkRequest{Owner: st.principal, N: n,
+		Timeout: time.Duration(deref(q.TimeoutSeconds)) * time.Second, Metadata: q.Metadata})
+	if err != nil {
+		return err
+	}
+	out := make([]sandboxJSON, 0, len(forks))
+	ids := make([]string, 0, len(forks))
+	for _, f := range forks {
+		out = append(out, toSandbox(f))
+		ids = append(ids, f.ID)
+	}
+	st.detail["forks"] = ids
+	return writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -12,6 +12,7 @@ func sandboxCmd() *command {
 			sandboxKillCmd(),
 			sandboxTimeoutCmd(),
 			sandboxPauseCmd(),
+			sandboxForkCmd(),
 			sandboxResumeCmd(),
 			sandboxUsageCmd(),
 			sandboxNetCmd(),

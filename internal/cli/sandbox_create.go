@@ -25,12 +25,14 @@ func sandboxCreateCmd() *command {
 			"warden sandbox create",
 			"id=$(warden sandbox create --template base --memory 1024 --timeout 1h --meta job=42)",
 			"warden sandbox create --net allowlist --allow pypi.org,files.pythonhosted.org,*.github.com",
+			"warden sandbox create --isolation gvisor --auto-pause",
 		},
 		json: true,
 	}
 	c.flags = func(fs *flagSet) {
 		env.allowBare = true
 		fs.String(&req.Template, "template", "T", "template to start from (default: the daemon's, base)")
+		fs.String(&req.Isolation, "isolation", "BACKEND", "isolation backend: native or gvisor (default: the daemon's)")
 		fs.Int(&req.CPUMillis, "cpu", "MILLIS", "CPU limit in thousandths of a CPU (1000 = one CPU)")
 		fs.Int(&req.MemoryMB, "memory", "MB", "memory limit in MiB")
 		fs.Int(&req.DiskMB, "disk", "MB", "disk limit in MiB")

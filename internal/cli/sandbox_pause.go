@@ -17,16 +17,17 @@ func sandboxFreezeCmd(pause bool) *command {
 		name:     "resume",
 		args:     "ID",
 		short:    "Resume a paused sandbox",
-		long:     "Thaw a paused sandbox: its processes continue where they stopped.",
+		long:     "Resume a paused sandbox under the same ID: its processes continue where they stopped.",
 		examples: []string{"warden sandbox resume sb-01hzx3k9q2"},
 		json:     true,
 	}
 	if pause {
 		c.name = "pause"
 		c.short = "Pause a running sandbox"
-		c.long = "Freeze every process of a running sandbox. Processes and memory stay resident and use\n" +
-			"no CPU until 'warden sandbox resume'; exec and file commands are refused meanwhile.\n" +
-			"The sandbox's timeout keeps counting."
+		c.long = "Pause a running sandbox until 'warden sandbox resume'. On the native backend its\n" +
+			"processes and memory stay resident and use no CPU; on gvisor it is checkpointed to disk\n" +
+			"and its memory released. Exec and file commands are refused meanwhile (unless it was\n" +
+			"created with --auto-resume), and it does not time out; a resume grants its timeout anew."
 		c.examples = []string{"warden sandbox pause sb-01hzx3k9q2"}
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {

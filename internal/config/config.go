@@ -56,8 +56,11 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	// RunDir holds per-sandbox runtime state.
 	RunDir string `yaml:"run_dir"`
-	// Backend is the isolation backend: native.
+	// Backend is the default isolation backend of new sandboxes: native or
+	// gvisor (a create may ask for the other with "isolation").
 	Backend string `yaml:"backend"`
+	// GVisor configures the gvisor backend.
+	GVisor GVisorConfig `yaml:"gvisor"`
 	// AgentPath is the warden-agent binary (default: next to wardend).
 	AgentPath string `yaml:"agent_path"`
 	// Landlock: require, best-effort or off.
@@ -108,6 +111,16 @@ func Default() Config {
 }
 
 // NetworkConfig is the operator's part of sandbox networking.
+// GVisorConfig configures the gvisor backend. It is used when runsc (built
+// by scripts/install-runsc.sh) is installed, unless Disabled.
+type GVisorConfig struct {
+	Disabled bool `yaml:"disabled"`
+	// DirectFS lets gVisor's sentry open files itself: faster, with a
+	// larger blast radius if the sentry falls (see the gvisor backend's
+	// package documentation).
+	DirectFS bool `yaml:"directfs"`
+}
+
 type NetworkConfig struct {
 	// Disabled turns sandbox networking off: every sandbox has loopback
 	// only, whatever it asks for.
@@ -140,6 +153,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env WARDEN_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "text or json (env WARDEN_LOG_FORMAT)")
 	landlock := fs.String("landlock", "", "require, best-effort or off (env WARDEN_LANDLOCK)")
+	backendFlag := fs.String("backend", "", "default isolation of new sandboxes: native or gvisor (env WARDEN_BACKEND)")
 	maxSandboxes := fs.Int("max-sandboxes", -1, "sandboxes running at once, 0 for the backend's limit (env WARDEN_MAX_SANDBOXES)")
 	headerTimeout := fs.Duration("header-timeout", 0, "how long a client may take to send request headers (default 10s)")
 	poolSize := fs.Int("pool-size", -1, "warm pool: base-template sandboxes kept started for default creates, 0 to disable (default 2; env WARDEN_POOL_SIZE)")
@@ -190,6 +204,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	set(&c.LogLevel, *logLevel, "WARDEN_LOG_LEVEL")
 	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
 	set(&c.Landlock, *landlock, "WARDEN_LANDLOCK")
+	set(&c.Backend, *backendFlag, "WARDEN_BACKEND")
 	// An explicitly empty --listen or --socket disables that endpoint.
 	fs.Visit(func(f *flag.Flag) {
 		switch {
@@ -270,8 +285,11 @@ func (c *Config) Validate() error {
 	if c.StateDir == "" || c.RunDir == "" {
 		return errors.New("config: state_dir and run_dir must be set")
 	}
-	if c.Backend != "native" {
-		return fmt.Errorf("config: backend %q is not available (native is)", c.Backend)
+	if c.Backend != "native" && c.Backend != "gvisor" {
+		return fmt.Errorf("config: backend must be native or gvisor, not %q", c.Backend)
+	}
+	if c.Backend == "gvisor" && c.GVisor.Disabled {
+		return errors.New("config: backend gvisor is the default but gvisor.disabled is set")
 	}
 	switch c.Landlock {
 	case "require", "best-effort", "off":

@@ -26,6 +26,8 @@ import (
 	"github.com/warden-sandbox/warden/internal/api"
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/backend/gvisor"
 	"github.com/warden-sandbox/warden/internal/backend/native"
 	"github.com/warden-sandbox/warden/internal/broker"
 	"github.com/warden-sandbox/warden/internal/build"
@@ -91,9 +93,25 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 
-	b, err := native.New(native.Config{RunDir: filepath.Join(cfg.RunDir, "native"), AgentPath: cfg.AgentPath, Landlock: cfg.Landlock})
+	nb, err := native.New(native.Config{RunDir: filepath.Join(cfg.RunDir, "native"), AgentPath: cfg.AgentPath, Landlock: cfg.Landlock})
 	if err != nil {
 		return err
+	}
+	// gVisor when runsc is installed; the default backend only if asked.
+	var gb *gvisor.Backend
+	if !cfg.GVisor.Disabled {
+		if err := gvisor.Preflight(); err != nil {
+			if cfg.Backend == gvisor.ID {
+				return fmt.Errorf("backend gvisor cannot run here: %w", err)
+			}
+			log.Warn("the gvisor backend is unavailable; sandboxes use native isolation only", "reason", err)
+		} else if gb, err = gvisor.New(gvisor.Config{RunDir: filepath.Join(cfg.RunDir, "gvisor"), AgentPath: cfg.AgentPath, DirectFS: cfg.GVisor.DirectFS}); err != nil {
+			return fmt.Errorf("backend gvisor: %w", err)
+		}
+	}
+	var b backend.Backend = nb
+	if cfg.Backend == gvisor.ID {
+		b = gb
 	}
 	tmpl, err := template.OpenStore(filepath.Join(cfg.StateDir, TemplatesDir))
 	if err != nil {
@@ -101,6 +119,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
 		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
+	mgr.AddBackend(nb)
+	if gb != nil {
+		mgr.AddBackend(gb)
+	}
 	// Brokered credentials: the secret store and the TLS broker that the
 	// egress path hands granted connections to.
 	vault, err := secrets.Open(cfg.StateDir)
@@ -158,7 +180,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		Manager: mgr, Store: st, Auth: authn, Audit: alog, Logger: log,
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
-		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: b, Net: netm},
+		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: nb, Net: netm},
 		Secrets: vault, SecretHooks: hooks,
 		PreviewDomain: cfg.PreviewDomain,
 	})
@@ -189,7 +211,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if attached+lost > 0 {
 		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
 	}
-	cleanOrphans(ctx, b, log)
+	cleanOrphans(ctx, nativeOrphans{nb}, log)
+	if gb != nil {
+		cleanOrphans(ctx, gb, log)
+	}
 
 	if cfg.DebugListen != "" {
 		if err := serveDebug(ctx, cfg.DebugListen, log); err != nil {
@@ -319,22 +344,39 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// orphanCleaner is what cleanOrphans needs of a backend.
+type orphanCleaner interface {
+	backend.Backend
+	Orphans() ([]string, error)
+	ReadHandle(id string) (backend.Handle, error)
+	Purge(ctx context.Context, id string) error
+}
+
+// nativeOrphans adapts the native backend's Purge.
+type nativeOrphans struct{ *native.Backend }
+
+func (n nativeOrphans) Purge(_ context.Context, id string) error {
+	n.Backend.Purge(id)
+	return nil
+}
+
 // cleanOrphans frees sandboxes the backend still has on disk but no store
 // record owns (a crash between backend create and the store write).
-func cleanOrphans(ctx context.Context, b *native.Backend, log *slog.Logger) {
+func cleanOrphans(ctx context.Context, b orphanCleaner, log *slog.Logger) {
 	ids, err := b.Orphans()
 	if err != nil {
-		log.Warn("look for orphaned sandboxes", "err", err)
+		log.Warn("look for orphaned sandboxes", "backend", b.ID(), "err", err)
 		return
 	}
 	for _, id := range ids {
 		h, err := b.ReadHandle(id)
 		if err == nil && b.Recover(ctx, h) == nil {
 			b.Delete(ctx, h)
-		} else {
-			b.Purge(id)
+		} else if err := b.Purge(ctx, id); err != nil {
+			log.Warn("remove orphaned sandbox", "backend", b.ID(), "sandbox", id, "err", err)
+			continue
 		}
-		log.Info("removed orphaned sandbox", "sandbox", id)
+		log.Info("removed orphaned sandbox", "backend", b.ID(), "sandbox", id)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,15 +89,20 @@ type CreateRequest struct {
 	AutoResume bool
 	// Network is the sandbox's network policy; nil means none (loopback).
 	Network *network.Policy
+	// Isolation names the backend ("native", "gvisor"); empty means the
+	// manager's default.
+	Isolation string
 }
 
-// Manager runs sandboxes on one backend.
+// Manager runs sandboxes on its backends.
 type Manager struct {
 	cfg  Config
 	st   store.Store
-	b    backend.Backend
+	b    backend.Backend // the default backend; the warm pool's
 	tmpl Templates
 	log  *slog.Logger
+
+	backends map[string]backend.Backend // by ID, the default included
 
 	pool     chan pooled // started, warmed, unclaimed sandboxes
 	poolWake chan struct{}
@@ -137,9 +143,42 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 	if cfg.Reap == 0 {
 		cfg.Reap = time.Second
 	}
-	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log,
+	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log, backends: map[string]backend.Backend{b.ID(): b},
 		pool: make(chan pooled, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1),
 		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}, links: map[string]*network.Link{}}
+}
+
+// AddBackend makes another backend available to CreateRequest.Isolation.
+// Call it before the manager serves.
+func (m *Manager) AddBackend(b backend.Backend) { m.backends[b.ID()] = b }
+
+// Backends lists the available backends' IDs, the default first.
+func (m *Manager) Backends() []string {
+	ids := []string{m.b.ID()}
+	for id := range m.backends {
+		if id != m.b.ID() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids[1:])
+	return ids
+}
+
+// backendFor returns the backend that runs h.
+func (m *Manager) backendFor(h backend.Handle) (backend.Backend, error) {
+	if b, ok := m.backends[h.Backend]; ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: backend %q is not available on this daemon", backend.ErrUnsupported, h.Backend)
+}
+
+// bk is backendFor for handles the manager made itself (their backend is
+// known to be there).
+func (m *Manager) bk(h backend.Handle) backend.Backend {
+	if b, ok := m.backends[h.Backend]; ok {
+		return b
+	}
+	return m.b
 }
 
 // NewID returns a fresh sandbox id: "sb-" and 16 lowercase base32 characters.
@@ -200,8 +239,20 @@ func (m *Manager) validate(req *CreateRequest) error {
 		}
 		req.Network = &p
 	}
-	if _, ok := m.b.(backend.Pauser); (req.AutoPause || req.AutoResume) && (!ok || !m.b.Capabilities().Pause) {
-		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, m.b.ID())
+	if req.Isolation == "" {
+		req.Isolation = m.b.ID()
+	}
+	b, ok := m.backends[req.Isolation]
+	if !ok {
+		return fmt.Errorf("%w: isolation %q is not available on this daemon (available: %s)", ErrInvalid, req.Isolation, strings.Join(m.Backends(), ", "))
+	}
+	if _, ok := b.(backend.Pauser); (req.AutoPause || req.AutoResume) && (!ok || !b.Capabilities().Pause) {
+		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, b.ID())
+	}
+	if req.Network != nil && req.Network.Mode != network.ModeNone {
+		if _, ok := b.(PIDer); !ok {
+			return fmt.Errorf("%w: network mode %s is not available on backend %s (only none)", ErrInvalid, req.Network.Mode, b.ID())
+		}
 	}
 	return nil
 }
@@ -252,6 +303,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		}
 		m.log.Warn("pooled sandbox unusable; booting a new one", "err", err)
 	}
+	bk := m.backends[req.Isolation]
 	id := NewID()
 	spec := tm.Spec(id)
 	for k, v := range req.Env {
@@ -277,7 +329,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	spec.Limits = spec.Limits.WithDefaults()
 	now := time.Now().UTC()
 	sb := store.Sandbox{
-		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: bk.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
 		CreatedAt: now, ExpiresAt: now.Add(req.Timeout),
@@ -288,12 +340,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	release()
 	// Boot even if the caller goes away: the record must end in a real state.
 	bctx := context.WithoutCancel(ctx)
-	h, err := m.b.Create(bctx, spec)
+	h, err := bk.Create(bctx, spec)
 	if err == nil {
 		m.setHandle(id, h) // a kill during the boot finds it
 		var started backend.Handle
-		if started, err = m.b.Start(bctx, h); err != nil {
-			m.b.Delete(bctx, h)
+		if started, err = bk.Start(bctx, h); err != nil {
+			bk.Delete(bctx, h)
 			m.dropHandle(id)
 		} else {
 			h = started
@@ -305,18 +357,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	if err := m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
-		m.b.Delete(bctx, h)
+		bk.Delete(bctx, h)
 		m.dropHandle(id)
 		m.finish(bctx, id, StateFailed, err.Error())
 		return store.Sandbox{}, err
 	}
 	if tm.Start != nil {
-		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
+		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return bk.DialAgent(ctx, h) })
 		m.mu.Lock()
 		m.clients[id] = c
 		m.mu.Unlock()
 		if err := runStart(ctx, c, tm.Start); err != nil {
-			m.b.Delete(bctx, h)
+			bk.Delete(bctx, h)
 			m.dropHandle(id)
 			m.finish(bctx, id, StateFailed, err.Error())
 			return store.Sandbox{}, err
@@ -330,7 +382,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return nil
 	})
 	if err != nil {
-		m.b.Delete(bctx, h)
+		bk.Delete(bctx, h)
 		m.dropHandle(id)
 		return store.Sandbox{}, fmt.Errorf("record start: %w", err)
 	}
@@ -363,7 +415,7 @@ func (m *Manager) dropHandle(id string) {
 // poolable reports whether req asks for nothing a pooled sandbox lacks.
 func (m *Manager) poolable(req CreateRequest) bool {
 	d := backend.DefaultLimits
-	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" &&
+	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" && req.Isolation == m.b.ID() &&
 		(req.CPUMillis == 0 || req.CPUMillis == d.CPUMillis) &&
 		(req.MemoryMB == 0 || req.MemoryMB<<20 == d.MemoryBytes) &&
 		(req.DiskMB == 0 || req.DiskMB<<20 == d.DiskBytes)
@@ -558,7 +610,7 @@ func (m *Manager) drainPool() {
 
 // watch marks a sandbox stopped when its backend says it ended by itself.
 func (m *Manager) watch(id string, h backend.Handle) {
-	es, err := m.b.Wait(context.Background(), h)
+	es, err := m.bk(h).Wait(context.Background(), h)
 	if err != nil {
 		return
 	}
@@ -631,7 +683,7 @@ func (m *Manager) kill(ctx context.Context, id string, final State, reason strin
 	h, ok := m.handles[id]
 	m.mu.Unlock()
 	if ok {
-		if err := m.b.Delete(ctx, h); err != nil {
+		if err := m.bk(h).Delete(ctx, h); err != nil {
 			m.log.Error("delete sandbox", "sandbox", id, "err", err)
 		}
 	}
@@ -670,13 +722,14 @@ func (m *Manager) finish(ctx context.Context, id string, final State, reason str
 // freezer; processes and memory stay resident, no CPU is used). A failed
 // pause leaves the sandbox running.
 func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
-	p, ok := m.b.(backend.Pauser)
-	if !ok || !m.b.Capabilities().Pause {
-		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
-	}
 	h, err := m.handle(ctx, id, StateRunning)
 	if err != nil {
 		return store.Sandbox{}, err
+	}
+	b := m.bk(h)
+	p, ok := b.(backend.Pauser)
+	if !ok || !b.Capabilities().Pause {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, b.ID())
 	}
 	if err := p.Pause(ctx, h); err != nil {
 		return store.Sandbox{}, fmt.Errorf("pause: %w", err)
@@ -696,13 +749,13 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 
 // Resume thaws a paused sandbox.
 func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
-	p, ok := m.b.(backend.Pauser)
-	if !ok {
-		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, m.b.ID())
-	}
 	h, err := m.handle(ctx, id, StatePaused)
 	if err != nil {
 		return store.Sandbox{}, err
+	}
+	p, ok := m.bk(h).(backend.Pauser)
+	if !ok {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, h.Backend)
 	}
 	if err := p.Resume(ctx, h); err != nil {
 		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
@@ -788,7 +841,7 @@ func (m *Manager) Usage(ctx context.Context, id string) (backend.Usage, error) {
 	if !ok {
 		return backend.Usage{}, &StateError{ID: id, State: State(sb.State), Want: "running"}
 	}
-	return m.b.Usage(ctx, h)
+	return m.bk(h).Usage(ctx, h)
 }
 
 // Agent returns the client of a running sandbox's agent. Clients are shared
@@ -823,7 +876,8 @@ func (m *Manager) AgentFor(sb store.Sandbox) (*agentclient.Client, error) {
 	if c, ok := m.clients[id]; ok {
 		return c, nil
 	}
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return m.b.DialAgent(ctx, h) })
+	b := m.bk(h)
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.DialAgent(ctx, h) })
 	m.clients[id] = c
 	return c, nil
 }
@@ -861,7 +915,12 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 		m.finish(ctx, sb.ID, StateLost, "daemon restarted before the sandbox had started")
 		return false
 	}
-	if err := m.b.Recover(ctx, h); err != nil {
+	b, err := m.backendFor(h)
+	if err != nil {
+		m.finish(ctx, sb.ID, StateLost, "daemon restart: "+err.Error())
+		return false
+	}
+	if err := b.Recover(ctx, h); err != nil {
 		m.finish(ctx, sb.ID, StateLost, "daemon restart: "+err.Error())
 		return false
 	}
@@ -888,7 +947,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 
 // forwardEvents passes the backend's resource events to OnEvent.
 func (m *Manager) forwardEvents(id string, h backend.Handle) {
-	ev, ok := m.b.(backend.Eventer)
+	ev, ok := m.bk(h).(backend.Eventer)
 	if !ok {
 		return
 	}

@@ -43,10 +43,10 @@ func (m *Manager) attachNetwork(ctx context.Context, id string, h backend.Handle
 		}
 		return nil
 	}
-	pider, ok := m.b.(PIDer)
+	pider, ok := m.bk(h).(PIDer)
 	if !ok {
 		if p.Mode != "" && p.Mode != network.ModeNone {
-			return fmt.Errorf("%w on backend %s", ErrNoNetwork, m.b.ID())
+			return fmt.Errorf("%w on backend %s", ErrNoNetwork, h.Backend)
 		}
 		return nil
 	}

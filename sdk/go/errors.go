@@ -87,6 +87,13 @@ func IsUnauthenticated(err error) bool {
 	return is(err, http.StatusUnauthorized, CodeUnauthenticated)
 }
 
+// IsValidationFailed reports whether err is a Warden validation_failed error (HTTP 422):
+// the request was well formed but asked for something invalid here (for example an
+// isolation backend the daemon does not have).
+func IsValidationFailed(err error) bool {
+	return is(err, http.StatusUnprocessableEntity, CodeValidationFailed)
+}
+
 // IsRateLimited reports whether err is a Warden rate_limited error (HTTP 429).
 func IsRateLimited(err error) bool { return is(err, http.StatusTooManyRequests, CodeRateLimited) }
 

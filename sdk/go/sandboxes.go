@@ -118,9 +118,11 @@ func (c *Client) SetTimeout(ctx context.Context, id string, timeoutSeconds int) 
 	return sb, nil
 }
 
-// PauseSandbox freezes a running sandbox: its processes and memory stay
-// resident and use no CPU until [Client.ResumeSandbox]. Exec and file calls get
-// a conflict error while it is paused.
+// PauseSandbox pauses a running sandbox until [Client.ResumeSandbox]: on the
+// native backend its processes and memory stay resident and use no CPU; on
+// gvisor it is checkpointed to disk and its memory released, and connections
+// to it end (streams must be reattached after the resume). Exec and file calls
+// get a conflict error while it is paused, unless it was created with AutoResume.
 func (c *Client) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	err := c.do(ctx, &request{method: http.MethodPost, path: pathf("/v1/sandboxes/%s/pause", id), idempotent: true}, &sb)
@@ -130,7 +132,8 @@ func (c *Client) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-// ResumeSandbox thaws a paused sandbox.
+// ResumeSandbox resumes a paused sandbox under the same id; its processes
+// continue where they stopped.
 func (c *Client) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	err := c.do(ctx, &request{method: http.MethodPost, path: pathf("/v1/sandboxes/%s/resume", id), idempotent: true}, &sb)
@@ -158,4 +161,18 @@ func (c *Client) Usage(ctx context.Context, id string) (Usage, error) {
 		return Usage{}, fmt.Errorf("usage of sandbox %s: %w", id, err)
 	}
 	return u, nil
+}
+
+// ForkSandbox makes new sandboxes from a running sandbox's memory and files
+// (gvisor backend): each runs what the source ran at that moment, with its own
+// id, writable layers and random numbers. The source keeps running.
+func (c *Client) ForkSandbox(ctx context.Context, id string, req ForkRequest) ([]Sandbox, error) {
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	err := c.do(ctx, &request{method: http.MethodPost, path: pathf("/v1/sandboxes/%s/fork", id), json: req}, &out)
+	if err != nil {
+		return nil, fmt.Errorf("fork sandbox %s: %w", id, err)
+	}
+	return out.Sandboxes, nil
 }

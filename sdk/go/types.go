@@ -61,7 +61,10 @@ type Sandbox struct {
 // CreateSandboxRequest is the body of [Client.CreateSandbox]. Zero fields take the daemon's
 // defaults.
 type CreateSandboxRequest struct {
-	Template  string `json:"template,omitempty"`
+	Template string `json:"template,omitempty"`
+	// Isolation is the backend: "native" or "gvisor" (gVisor's user-space kernel, which
+	// pauses to disk and can fork). Empty: the daemon's default.
+	Isolation string `json:"isolation,omitempty"`
 	CPUMillis int    `json:"cpu_millis,omitempty"`
 	MemoryMB  int    `json:"memory_mb,omitempty"`
 	DiskMB    int    `json:"disk_mb,omitempty"`
@@ -79,6 +82,16 @@ type CreateSandboxRequest struct {
 	AutoResume bool `json:"auto_resume,omitempty"`
 	// Network is the sandbox's network policy; nil means none (loopback only).
 	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// ForkRequest is the body of [Client.ForkSandbox]. Zero fields take defaults.
+type ForkRequest struct {
+	// Count is how many sandboxes to make, 1..16 (default 1).
+	Count int `json:"count,omitempty"`
+	// TimeoutSeconds until each fork is killed (default: the source's timeout).
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Metadata is added to the source's (which gains forked_from=<source id>).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // ListOptions filters and pages [Client.ListSandboxes].

@@ -371,7 +371,7 @@ func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.Snaps
 		os.RemoveAll(dir)
 		return backend.SnapshotRef{}, fmt.Errorf("resume after snapshot: %w", err)
 	}
-	raw, _ := json.Marshal(snapshotData{Dir: dir, Layers: bx.spec.Layers})
+	raw, _ := json.Marshal(snapshotData{Dir: dir, Layers: bx.state.Layers})
 	return backend.SnapshotRef{ID: id, Data: raw}, nil
 }
 

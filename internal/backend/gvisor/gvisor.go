@@ -316,6 +316,8 @@ type handleData struct {
 	Dir       string `json:"dir"`
 	Cgroup    string `json:"cgroup"`
 	DiskBytes int64  `json:"disk_bytes,omitempty"` // the root overlay's size, which a restore needs again
+	// Layers are the template's: a snapshot's forks must present the same.
+	Layers []backend.Layer `json:"layers,omitempty"`
 	Pid       int    `json:"pid,omitempty"`        // the sentry (runsc-sandbox) on the host
 	StartTime uint64 `json:"start_time,omitempty"` // /proc/<pid>/stat field 22, guards against pid reuse
 	// OnDisk: the sandbox is checkpointed in Dir/checkpoint and has no
@@ -511,7 +513,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 			b.forget(bx)
 		}
 	}()
-	bx.state = handleData{Dir: filepath.Join(b.cfg.RunDir, spec.ID), Cgroup: cgroupName(spec.ID), DiskBytes: spec.Limits.DiskBytes}
+	bx.state = handleData{Dir: filepath.Join(b.cfg.RunDir, spec.ID), Cgroup: cgroupName(spec.ID), DiskBytes: spec.Limits.DiskBytes, Layers: spec.Layers}
 	st := bx.state
 	if b.stale(st, spec.ID) {
 		b.cleanup(ctx, st, spec.ID) // left by a crashed run
@@ -1110,7 +1112,7 @@ func (b *Backend) Events(ctx context.Context, h backend.Handle) (<-chan backend.
 	if err != nil {
 		return nil, err
 	}
-	if bx.state.Pid == 0 {
+	if bx.state.Pid == 0 && !bx.onDisk.Load() {
 		return nil, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
 	}
 	out := make(chan backend.Event, 4)
