@@ -192,4 +192,3 @@ func sandboxProcs(id string) []string {
 	}
 	return out
 }
-

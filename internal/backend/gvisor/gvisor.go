@@ -317,9 +317,9 @@ type handleData struct {
 	Cgroup    string `json:"cgroup"`
 	DiskBytes int64  `json:"disk_bytes,omitempty"` // the root overlay's size, which a restore needs again
 	// Layers are the template's: a snapshot's forks must present the same.
-	Layers []backend.Layer `json:"layers,omitempty"`
-	Pid       int    `json:"pid,omitempty"`        // the sentry (runsc-sandbox) on the host
-	StartTime uint64 `json:"start_time,omitempty"` // /proc/<pid>/stat field 22, guards against pid reuse
+	Layers    []backend.Layer `json:"layers,omitempty"`
+	Pid       int             `json:"pid,omitempty"`        // the sentry (runsc-sandbox) on the host
+	StartTime uint64          `json:"start_time,omitempty"` // /proc/<pid>/stat field 22, guards against pid reuse
 	// OnDisk: the sandbox is checkpointed in Dir/checkpoint and has no
 	// process on the host.
 	OnDisk bool `json:"on_disk,omitempty"`
