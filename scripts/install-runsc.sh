@@ -24,7 +24,11 @@ bin="$RUNSC_PREFIX/runsc"
 digest=$(cat "$patches"/*.patch | sha256sum | cut -c1-12)
 version="$RUNSC_VERSION+warden-$digest"
 
-if [ -x "$bin" ] && "$bin" --version 2>/dev/null | head -n1 | grep -qxF "runsc version $version"; then
+# The first line of `runsc --version`, read whole: a pipe into head or grep -q
+# can end runsc with SIGPIPE, which pipefail turns into a failure.
+first_line() { local out; out=$("$1" --version 2>/dev/null) || return 1; printf '%s\n' "${out%%$'\n'*}"; }
+
+if [ -x "$bin" ] && [ "$(first_line "$bin")" = "runsc version $version" ]; then
   exit 0
 fi
 command -v go >/dev/null 2>&1 || { echo "install-runsc: go is not on PATH" >&2; exit 1; }
@@ -60,7 +64,7 @@ done
 mkdir -p "$RUNSC_PREFIX"
 install -m 0755 "$work/runsc" "$bin.tmp.$$"
 mv -f "$bin.tmp.$$" "$bin"
-if ! "$bin" --version | head -n1 | grep -qxF "runsc version $version"; then
+if [ "$(first_line "$bin")" != "runsc version $version" ]; then
   echo "install-runsc: $bin does not report version $version:" >&2
   "$bin" --version >&2 || true
   exit 1
