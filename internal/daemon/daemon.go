@@ -105,7 +105,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 				return fmt.Errorf("backend gvisor cannot run here: %w", err)
 			}
 			log.Warn("the gvisor backend is unavailable; sandboxes use native isolation only", "reason", err)
-		} else if gb, err = gvisor.New(gvisor.Config{RunDir: filepath.Join(cfg.RunDir, "gvisor"), AgentPath: cfg.AgentPath, DirectFS: cfg.GVisor.DirectFS}); err != nil {
+		} else if gb, err = gvisor.New(gvisor.Config{RunDir: filepath.Join(cfg.RunDir, "gvisor"), AgentPath: cfg.AgentPath,
+			DirectFS: cfg.GVisor.DirectFS, CheckpointDir: filepath.Join(cfg.StateDir, "gvisor-checkpoints")}); err != nil {
 			return fmt.Errorf("backend gvisor: %w", err)
 		}
 	}
@@ -214,6 +215,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	cleanOrphans(ctx, nativeOrphans{nb}, log)
 	if gb != nil {
 		cleanOrphans(ctx, gb, log)
+		if err := gb.PurgeSnapshots(); err != nil { // forks a crash interrupted
+			log.Warn("remove leftover fork snapshots", "err", err)
+		}
 	}
 
 	if cfg.DebugListen != "" {

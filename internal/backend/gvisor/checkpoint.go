@@ -55,7 +55,18 @@ import (
 
 var _ backend.Snapshotter = (*Backend)(nil)
 
-func (st handleData) checkpoint() string { return filepath.Join(st.Dir, "checkpoint") }
+// checkpoint is where sandbox id's checkpoint lives while it is paused.
+func (b *Backend) checkpoint(id string) string { return filepath.Join(b.cfg.CheckpointDir, id) }
+
+// specFile is the sandbox's Spec in its run directory and in its
+// checkpoint: after a host reboot, the checkpoint's copy rebuilds the run
+// directory.
+const specFile = "spec.json"
+
+// dropCheckpoint removes sandbox id's checkpoint (and a half-written one).
+func (b *Backend) dropCheckpoint(id string) error {
+	return errors.Join(os.RemoveAll(b.checkpoint(id)), os.RemoveAll(b.checkpoint(id)+".new"))
+}
 
 // snapshotDir holds forkable snapshots, one directory each.
 const snapshotDir = ".snapshots"
@@ -183,13 +194,22 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	if b.cfg.DiskOverlay {
 		return fmt.Errorf("%w: pausing needs the writable layer in memory (disk_overlay is set)", backend.ErrUnsupported)
 	}
-	tmp := bx.state.checkpoint() + ".new"
+	tmp := b.checkpoint(bx.id) + ".new"
 	if err := b.writeImage(ctx, bx, tmp); err != nil {
 		return err
 	}
+	// The spec goes with the image: after a reboot it rebuilds the run
+	// directory.
+	if err := copyFileSync(filepath.Join(bx.state.Dir, specFile), filepath.Join(tmp, specFile)); err != nil {
+		os.RemoveAll(tmp)
+		r := b.runscFor(bx.state, 1)
+		r.run(context.WithoutCancel(ctx), "resume", bx.id)
+		b.wakeAgent(context.WithoutCancel(ctx), bx)
+		return fmt.Errorf("checkpoint: %w", err)
+	}
 	// From here the image is the sandbox.
-	os.RemoveAll(bx.state.checkpoint())
-	if err := os.Rename(tmp, bx.state.checkpoint()); err != nil {
+	os.RemoveAll(b.checkpoint(bx.id))
+	if err := os.Rename(tmp, b.checkpoint(bx.id)); err != nil {
 		os.RemoveAll(tmp)
 		r := b.runscFor(bx.state, 1)
 		r.run(context.WithoutCancel(ctx), "resume", bx.id)
@@ -238,14 +258,14 @@ func (b *Backend) Resume(ctx context.Context, h backend.Handle) error {
 		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
 	default:
 	}
-	if err := b.restore(ctx, bx, bx.state.checkpoint()); err != nil {
+	if err := b.restore(ctx, bx, b.checkpoint(bx.id)); err != nil {
 		return err
 	}
 	bx.onDisk.Store(false)
 	bx.paused.Store(false)
 	bx.state.OnDisk = false
 	b.saveState(bx)
-	os.RemoveAll(bx.state.checkpoint())
+	os.RemoveAll(b.checkpoint(bx.id))
 	return nil
 }
 
@@ -257,14 +277,17 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
 	defer cancel()
 	// A sentry from an attempt a crash interrupted.
-	r.run(rctx, "delete", "--force", bx.id)
+	if m, _ := filepath.Glob(filepath.Join(b.cfg.RunDir, runscStateDir, bx.id+"_sandbox:*")); len(m) > 0 {
+		r.run(rctx, "delete", "--force", bx.id)
+	}
+
 	logf, err := os.OpenFile(st.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("sandbox log: %w", err)
 	}
 	defer logf.Close()
 	args := append(append([]string{}, r.flags...), "--log="+filepath.Join(st.Dir, "runsc.log"),
-		"restore", "--detach", "--image-path="+dir, "--bundle="+st.bundle(), bx.id)
+		"restore", "--detach", "--background", "--image-path="+dir, "--bundle="+st.bundle(), bx.id)
 	cmd := exec.CommandContext(rctx, r.path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"
@@ -313,6 +336,70 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 		return e
 	}
 	go b.watchMemory(bx, exited)
+	return nil
+}
+
+// hasCheckpoint reports whether sandbox id has a complete checkpoint.
+func (b *Backend) hasCheckpoint(id string) bool {
+	_, err := os.Stat(filepath.Join(b.checkpoint(id), "checkpoint.img"))
+	return err == nil
+}
+
+// copyFileSync copies src to dst (0600) and flushes it.
+func copyFileSync(src, dst string) error {
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// rebuild makes a checkpointed sandbox's run directory, mounts and cgroup
+// anew from the spec kept with its checkpoint (after a host reboot took
+// them), and registers it as paused on disk.
+func (b *Backend) rebuild(ctx context.Context, id string) error {
+	raw, err := os.ReadFile(filepath.Join(b.checkpoint(id), specFile))
+	if err != nil {
+		return fmt.Errorf("read the checkpoint's spec: %w", err)
+	}
+	var spec backend.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil || spec.ID != id {
+		return fmt.Errorf("the checkpoint's spec is unreadable or not %s's", id)
+	}
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	bx, err := b.lookup(h)
+	if err != nil {
+		return err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	bx.started = true
+	if err := plantControl(bx.state.control()); err != nil {
+		b.cleanup(context.WithoutCancel(ctx), bx.state, id)
+		b.forget(bx)
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	bx.onDisk.Store(true)
+	bx.paused.Store(true)
+	bx.state.OnDisk = true
+	bx.exited = make(chan struct{})
+	close(bx.exited)
+	b.saveState(bx)
 	return nil
 }
 
@@ -373,6 +460,12 @@ func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.Snaps
 	}
 	raw, _ := json.Marshal(snapshotData{Dir: dir, Layers: bx.state.Layers})
 	return backend.SnapshotRef{ID: id, Data: raw}, nil
+}
+
+// PurgeSnapshots removes every snapshot: call it when no fork can be in
+// flight (wardend does at start, for snapshots a crash left).
+func (b *Backend) PurgeSnapshots() error {
+	return os.RemoveAll(filepath.Join(b.cfg.RunDir, snapshotDir))
 }
 
 // DeleteSnapshot implements backend.Snapshotter: it removes the image.
@@ -467,8 +560,8 @@ func sameLayers(a, b []backend.Layer) bool {
 // recoverOnDisk re-attaches a checkpointed sandbox after a daemon restart.
 // A sentry a crash left half-restored is ended: the image is the sandbox.
 func (b *Backend) recoverOnDisk(ctx context.Context, bx *box) error {
-	if _, err := os.Stat(filepath.Join(bx.state.checkpoint(), "checkpoint.img")); err != nil {
-		return fmt.Errorf("its checkpoint is gone: %w", err)
+	if !b.hasCheckpoint(bx.id) {
+		return errors.New("its checkpoint is gone")
 	}
 	if cg, err := bx.group(); err != nil {
 		return err

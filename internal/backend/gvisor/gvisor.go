@@ -103,7 +103,8 @@
 //
 // Spec.Uppers (capturing the writable layer for template builds) is refused:
 // Capabilities.CaptureUpper is false. Spec.RootCaps is honoured (root keeps
-// those capabilities inside gVisor's kernel). No memory snapshots yet.
+// those capabilities inside gVisor's kernel). Pause, resume and fork with
+// memory are in checkpoint.go. Networking is --network=none: only loopback.
 package gvisor
 
 import (
@@ -206,6 +207,12 @@ type Config struct {
 	StartTimeout time.Duration `json:"start_timeout"`
 	// Debug makes runsc write debug logs to each sandbox's run directory.
 	Debug bool `json:"debug"`
+	// CheckpointDir holds paused sandboxes' checkpoints, one directory per
+	// sandbox (default RunDir/checkpoints). It belongs on a disk that
+	// survives a reboot, not on /run's tmpfs: wardend puts it under its
+	// state directory, so a paused sandbox's memory leaves RAM and the
+	// sandbox survives a host reboot.
+	CheckpointDir string `json:"checkpoint_dir"`
 }
 
 func (c *Config) defaults() {
@@ -214,6 +221,9 @@ func (c *Config) defaults() {
 	}
 	if c.Runsc == "" {
 		c.Runsc = "runsc"
+	}
+	if c.CheckpointDir == "" {
+		c.CheckpointDir = filepath.Join(c.RunDir, "checkpoints")
 	}
 	if c.Platform == "" {
 		c.Platform = "systrap"
@@ -344,6 +354,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if err := os.Chmod(cfg.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.CheckpointDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create checkpoint dir: %w", err)
 	}
 	// A root-owned read-only copy in the run directory: it cannot be
 	// swapped under running sandboxes, and sandboxes hard-link it.
@@ -522,6 +535,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return h, fmt.Errorf("create sandbox dir: %w", err)
 		}
+	}
+	if raw, err := json.Marshal(spec); err != nil {
+		return h, fmt.Errorf("encode spec: %w", err)
+	} else if err := os.WriteFile(filepath.Join(st.Dir, specFile), raw, 0o600); err != nil {
+		return h, fmt.Errorf("write spec: %w", err)
 	}
 	targets, byTarget := layerTargets(spec.Layers)
 	if err := buildScaffold(st.scaffold(), b.agent, byTarget["/"], targets, len(targets)-1); err != nil {
@@ -1211,6 +1229,15 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 		b.forget(bx)
 		return fmt.Errorf("%s: handle names run directory %q: %w", h.ID, st.Dir, backend.ErrLost)
 	}
+	// Checkpointed and its run directory gone (a host reboot): rebuild it
+	// from the checkpoint.
+	if _, err := os.Stat(st.Dir); errors.Is(err, os.ErrNotExist) && b.hasCheckpoint(h.ID) {
+		b.forget(bx)
+		if err := b.rebuild(ctx, h.ID); err != nil {
+			return fmt.Errorf("%s: %w: %w", h.ID, err, backend.ErrLost)
+		}
+		return nil
+	}
 	// The run directory's handle is newer than the caller's after a pause
 	// or resume (Pauser returns no handle).
 	if dh, err := b.ReadHandle(h.ID); err == nil && dh.Backend == ID {
@@ -1220,7 +1247,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 			bx.state = ds
 		}
 	}
-	if st.OnDisk {
+	if st.OnDisk || b.hasCheckpoint(h.ID) {
 		if err := b.recoverOnDisk(ctx, bx); err != nil {
 			return lost(err.Error())
 		}
@@ -1280,6 +1307,9 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 	if err := b.cleanup(kctx, bx.state, bx.id); err != nil {
 		return fmt.Errorf("delete %s: %w", bx.id, err)
 	}
+	if err := b.dropCheckpoint(bx.id); err != nil {
+		return fmt.Errorf("delete %s: %w", bx.id, err)
+	}
 	if bx.pidfd >= 0 {
 		unix.Close(bx.pidfd)
 		bx.pidfd = -1
@@ -1311,9 +1341,22 @@ func (b *Backend) Orphans() ([]string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []string
+	seen := map[string]bool{}
 	for _, e := range ents {
-		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() && !strings.HasPrefix(e.Name(), ".") &&
+			filepath.Join(b.cfg.RunDir, e.Name()) != filepath.Clean(b.cfg.CheckpointDir) {
 			out = append(out, e.Name())
+			seen[e.Name()] = true
+		}
+	}
+	// Checkpoints of sandboxes nobody owns (their run directory went with
+	// a reboot).
+	cps, _ := os.ReadDir(b.cfg.CheckpointDir)
+	for _, e := range cps {
+		name := strings.TrimSuffix(e.Name(), ".new")
+		if _, ok := b.boxes[name]; !ok && e.IsDir() && !seen[name] && !strings.HasPrefix(name, ".") {
+			out = append(out, name)
+			seen[name] = true
 		}
 	}
 	return out, nil
@@ -1328,5 +1371,5 @@ func (b *Backend) Purge(ctx context.Context, id string) error {
 	if live || id == "" || strings.ContainsAny(id, "/.") {
 		return nil
 	}
-	return b.cleanup(ctx, handleData{Dir: filepath.Join(b.cfg.RunDir, id), Cgroup: cgroupName(id)}, id)
+	return errors.Join(b.cleanup(ctx, handleData{Dir: filepath.Join(b.cfg.RunDir, id), Cgroup: cgroupName(id)}, id), b.dropCheckpoint(id))
 }

@@ -2,15 +2,19 @@ package gvisor_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/backendtest"
 	"github.com/warden-sandbox/warden/internal/backend/gvisor"
@@ -132,3 +136,88 @@ func hostPaths(t *testing.T, h backend.Handle) []string {
 func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths})
 }
+
+// TestPausedAcrossReboot pauses a sandbox, then takes away everything a host
+// reboot takes (the run directory on /run's tmpfs, its mounts, runsc's
+// state, the cgroups, the backend's memory) and keeps only the checkpoint
+// directory: a new backend finds the sandbox paused and resumes it with its
+// running process, that process's memory and its files.
+func TestPausedAcrossReboot(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend(t)
+	s := backendtest.Start(t, backendtest.Factory{New: newBackend, Spec: baseSpec}, b, nil)
+	s.Sh(t, "", "echo kept > /home/user/state; (sh -c 'i=0; while :; do i=$((i+1)); echo \"$$ $i\" > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.05; done' >/dev/null 2>&1 &); sleep 0.5")
+	read := func(s *backendtest.Sandbox) (pid, n int) {
+		fmt.Sscan(s.Sh(t, "", "cat /tmp/c"), &pid, &n)
+		return pid, n
+	}
+	pid0, n0 := read(s)
+	if err := b.(backend.Pauser).Pause(ctx, s.H); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	// The reboot.
+	dir := filepath.Join(runDir, s.H.ID)
+	if raw, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		var mounts []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+				mounts = append(mounts, f[4])
+			}
+		}
+		for i := len(mounts) - 1; i >= 0; i-- {
+			if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil {
+				t.Fatalf("unmount %s: %v", mounts[i], err)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := filepath.Glob(filepath.Join(runDir, ".runsc", s.H.ID+"*"))
+	for _, p := range state {
+		os.RemoveAll(p)
+	}
+	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/warden/gv-" + s.H.ID)
+	if v2 := "/sys/fs/cgroup/warden/gv-" + s.H.ID; fileExists(v2) {
+		cgs = append(cgs, v2)
+	}
+	for _, cg := range cgs {
+		if err := os.Remove(cg); err != nil {
+			t.Fatalf("remove cgroup %s: %v", cg, err)
+		}
+	}
+	// The daemon after the reboot.
+	b2 := newBackend(t)
+	if err := b2.Recover(ctx, s.H); err != nil {
+		t.Fatalf("recover after a reboot: %v", err)
+	}
+	if st, _ := b2.Status(ctx, s.H); st != backend.StatePaused {
+		t.Fatalf("status after a reboot = %q, want paused", st)
+	}
+	if err := b2.(backend.Pauser).Resume(ctx, s.H); err != nil {
+		t.Fatalf("resume after a reboot: %v", err)
+	}
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return b2.DialAgent(ctx, s.H) })
+	defer c.Close()
+	s2 := &backendtest.Sandbox{B: b2, H: s.H, Client: c}
+	pid1, n1 := read(s2)
+	time.Sleep(300 * time.Millisecond)
+	pid2, n2 := read(s2)
+	if pid1 != pid0 || pid2 != pid0 || n1 < n0 || n2 <= n1 {
+		t.Fatalf("counter across a reboot: pid %d -> %d -> %d, count %d -> %d -> %d", pid0, pid1, pid2, n0, n1, n2)
+	}
+	if got := s2.Sh(t, "", "cat /home/user/state"); got != "kept\n" {
+		t.Fatalf("file after a reboot: %q", got)
+	}
+	if err := b2.Delete(ctx, s.H); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(t, s.H.ID); len(left) > 0 {
+		t.Fatalf("leftovers: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "checkpoints", s.H.ID)); err == nil {
+		t.Fatalf("the checkpoint outlived the sandbox")
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
