@@ -10,7 +10,12 @@
 # it fixes), and runsc is built there: Warden's go.mod never sees gVisor's
 # dependency tree.
 #
-# The version runsc reports is RUNSC_VERSION+warden-<digest of the patches>;
+# Then the sentry's seccomp programs for the options Warden uses are
+# precompiled into the binary (scripts/runsc-precompile): a Go build of
+# gVisor has none and builds the filter at every sandbox start and restore
+# (about 50 ms here), where gVisor's own Bazel builds precompile them.
+#
+# The version runsc reports is RUNSC_VERSION+warden-<digest of the patches and the precompiler>;
 # the gvisor backend's preflight insists on the "+warden" mark. Idempotent:
 # does nothing when `runsc --version` already reports that exact version.
 # Override with RUNSC_VERSION=... and RUNSC_PREFIX=... (default
@@ -20,8 +25,9 @@ set -euo pipefail
 RUNSC_VERSION=${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}
 RUNSC_PREFIX=${RUNSC_PREFIX:-/usr/local/bin}
 patches=$(cd "$(dirname "$0")/runsc-patches" && pwd)
+precompile=$(cd "$(dirname "$0")/runsc-precompile" && pwd)
 bin="$RUNSC_PREFIX/runsc"
-digest=$(cat "$patches"/*.patch | sha256sum | cut -c1-12)
+digest=$(cat "$patches"/*.patch "$precompile"/*.go | sha256sum | cut -c1-12)
 version="$RUNSC_VERSION+warden-$digest"
 
 # The first line of `runsc --version`, read whole: a pipe into head or grep -q
@@ -57,8 +63,16 @@ chmod -R u+w "$work/gvisor"
 for p in "$patches"/*.patch; do
   apply "$work/gvisor" "$p"
 done
+# The precompiler's files carry "//go:build ignore" (two lines) so that
+# Warden's own builds skip them.
+tail -n +3 "$precompile/config_warden.go" > "$work/gvisor/runsc/boot/filter/config/config_warden.go"
+mkdir -p "$work/gvisor/tools/wardenprecompile"
+tail -n +3 "$precompile/main.go" > "$work/gvisor/tools/wardenprecompile/main.go"
 (
   cd "$work/gvisor"
+  go run ./tools/wardenprecompile > "$work/filter_precompiled.go"
+  mv "$work/filter_precompiled.go" runsc/boot/filter/filter_precompiled.go
+  gofmt -w runsc/boot/filter/filter_precompiled.go
   go build -trimpath -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$version" -o "$work/runsc" ./runsc
 )
 mkdir -p "$RUNSC_PREFIX"
