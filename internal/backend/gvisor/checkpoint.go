@@ -92,8 +92,8 @@ func (b *Backend) suspendAgent(ctx context.Context, st handleData) error {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		// The marker stays until the agent listens again (wakeAgent).
 		if _, err := os.Stat(marker); err == nil {
-			os.Remove(marker)
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -104,13 +104,27 @@ func (b *Backend) suspendAgent(ctx context.Context, st handleData) error {
 }
 
 // wakeAgent tells a suspended agent to listen again and waits until it
-// answers.
+// does: it removes the suspended marker once its sockets are bound, and a
+// connection made before that could reach a socket nobody accepts on.
 func (b *Backend) wakeAgent(ctx context.Context, bx *box) error {
 	if _, err := b.runscFor(bx.state, 1).run(ctx, "kill", bx.id, "USR2"); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
 	defer cancel()
+	marker := filepath.Join(bx.state.control(), ginit.SuspendedName)
+	for {
+		if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("the agent did not listen again: %w: %s", wctx.Err(), b.logTail(bx.state))
+		case <-bx.exited:
+			return fmt.Errorf("the sandbox exited: %s", b.logTail(bx.state))
+		case <-time.After(time.Millisecond):
+		}
+	}
 	return b.waitAgent(wctx, bx)
 }
 
@@ -527,13 +541,16 @@ func (b *Backend) Restore(ctx context.Context, ref backend.SnapshotRef, spec bac
 
 // plantControl creates what a restored image expects in the control
 // directory: the OOM counter and the agent's and watchdog's socket files
-// (bound and closed here; the agent binds them anew).
+// (bound and closed here; the agent binds them anew), and the suspended
+// marker, which the agent removes once it listens.
 func plantControl(dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, ginit.OOMFileName), os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
+	for _, name := range []string{ginit.OOMFileName, ginit.SuspendedName} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		f.Close()
 	}
-	f.Close()
 	for _, name := range []string{ginit.SocketName, ginit.WatchdogSocketName} {
 		ln, err := net.Listen("unix", filepath.Join(dir, name))
 		if err != nil {

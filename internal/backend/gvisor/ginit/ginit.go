@@ -119,6 +119,7 @@ func Run() error {
 		if ln, wakeLn, err = ctl.listen(); err != nil {
 			return err
 		}
+		os.Remove(ctl.path(SuspendedName)) // the backend waits for this
 	}
 }
 

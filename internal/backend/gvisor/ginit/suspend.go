@@ -19,7 +19,7 @@ import (
 // agent's own connection, which only wardend holds): the init closes the
 // agent's and the watchdog's listeners and every connection they accepted,
 // then creates SuspendedName in the control directory, which the backend
-// waits for. Processes and their pipes, in-sandbox sockets and files are
+// waits for. It removes the file again once it listens after a resume. Processes and their pipes, in-sandbox sockets and files are
 // untouched and are saved. After `runsc restore` (or a failed checkpoint)
 // the backend sends the init SIGUSR2 (`runsc kill`), and the init listens
 // again. A SIGUSR2 while serving does nothing, so sandbox code gains
