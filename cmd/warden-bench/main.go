@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
@@ -120,6 +121,35 @@ func run(o opts) error {
 		return err
 	}
 	baselines := []*benchstat.Series{fork, bwrap}
+	if o.api != "" && o.burst > 1 {
+		// The burst's floor on this machine: as many bubblewrap launches
+		// at once as the API burst has creates, each timed from the common
+		// start to its exit.
+		bb := &benchstat.Series{Name: fmt.Sprintf("baseline: %d bwrap launches at once", o.burst)}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		errs := make(chan error, o.burst)
+		start := time.Now()
+		for i := 0; i < o.burst; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := exec.Command(bwrapPath, bwrapArgs...).Run(); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				bb.Add(time.Since(start))
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return fmt.Errorf("bwrap burst: %w", err)
+		}
+		baselines = append(baselines, bb)
+	}
 	var notes []string
 	if runsc, err := exec.LookPath("runsc"); err == nil {
 		rs := &benchstat.Series{Name: "baseline: runsc do true (systrap)"}

@@ -101,7 +101,7 @@ func TestSmoke(t *testing.T) {
 		"api: create → first output (3 in flight)", "api: exec round trip (true)", "api: upload 1 MiB",
 		"api: create → first output, network allowlist", "api: create → first output, network open",
 		"download 4 MiB from the fake host, in a sandbox (allowlist)",
-		"baseline: runsc do true (systrap)", "api: pause, idle sandbox (native)", "api: resume → first output (native)",
+		"baseline: runsc do true (systrap)", "baseline: 3 bwrap launches at once", "api: pause, idle sandbox (native)", "api: resume → first output (native)",
 		"api: pause, idle sandbox (gvisor)", "api: resume, idle sandbox (gvisor)", "api: fork 1 → first output (gvisor)",
 		"api: create → first output (gvisor, no pool)"} {
 		if !names[want] {
