@@ -130,6 +130,14 @@ type Spec struct {
 	// overrides nothing. Template builds keep a small set so package
 	// managers can chown and switch users, as in a rootless image build.
 	RootCaps []string `json:"root_caps,omitempty"`
+	// Network asks a backend whose kernel reads its network devices at
+	// boot (gvisor; see NetNSer in internal/sandbox) for a network
+	// namespace of the sandbox's own that the daemon sets up between
+	// Create and Start. Backends that take a network after start ignore it.
+	Network bool `json:"network,omitempty"`
+	// ResolvConf, if set, is written to the sandbox's /etc/resolv.conf at
+	// boot by backends that honour Network.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
 // Validate checks the parts of a spec every backend relies on.

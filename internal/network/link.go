@@ -28,8 +28,12 @@ type Link struct {
 	policy  Policy
 	closed  bool
 	ns      *netstack
-	tunFile *os.File // the TUN device; closing it removes wd0
+	tunFile *os.File // the TUN device; closing it removes wd0 (unless netns is set)
 	pidfd   *os.File // the sandbox's PID 1 (its netns and root), nil in tests
+	// netns is the sandbox's network namespace when the link was made
+	// before the sandbox ran (AttachNetNS): the device persists and the
+	// sandbox writes its own resolv.conf.
+	netns *os.File
 	done    chan struct{}
 
 	denyMu   sync.Mutex
@@ -114,7 +118,7 @@ func (l *Link) SetPolicy(p Policy) error {
 		return ErrClosed
 	}
 	if c.mode != ModeNone && l.ns == nil {
-		if l.pidfd == nil {
+		if l.pidfd == nil && l.netns == nil {
 			return errors.New("network: link has no sandbox process to attach to")
 		}
 		if err := l.startLocked(); err != nil {
@@ -124,6 +128,18 @@ func (l *Link) SetPolicy(p Policy) error {
 	l.pol.Store(c)
 	l.policy = c.src
 	return nil
+}
+
+// Readdress puts the device's addresses and routes back after the sandbox's
+// own kernel took them off it (gVisor's runsc does at boot and reads them
+// again at a restore). Only links made with AttachNetNS have it to do.
+func (l *Link) Readdress() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.netns == nil || l.ns == nil {
+		return nil
+	}
+	return readdress(fdOf(l.netns), "wd0", l.m.cfg.MTU)
 }
 
 // ErrClosed is returned by operations on a closed link.
@@ -163,9 +179,12 @@ func (l *Link) Close() error {
 	}
 	l.closed = true
 	l.pol.Store(noneCompiled)
-	ns, tun, pidfd := l.ns, l.tunFile, l.pidfd
+	ns, tun, pidfd, netns := l.ns, l.tunFile, l.pidfd, l.netns
 	l.ns, l.tunFile = nil, nil
 	l.mu.Unlock()
+	if netns != nil {
+		defer netns.Close()
+	}
 	if ns != nil {
 		ns.close()
 	}

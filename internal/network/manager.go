@@ -267,6 +267,36 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, pid int, p Polic
 		return nil, err
 	}
 	l.pidfd = pidfd
+	return m.startLink(l, c, true)
+}
+
+// AttachNetNS is Attach for a sandbox that does not run yet, in the network
+// namespace netns (which the link then owns): gVisor's kernel reads its
+// devices when it boots. The device persists (a daemon restart attaches to
+// it again without touching it) until the namespace goes, the sandbox writes
+// its own /etc/resolv.conf (ResolvConf), and the link does not close itself:
+// Close it when the sandbox is deleted.
+func (m *Manager) AttachNetNS(ctx context.Context, sandboxID string, netns *os.File, p Policy) (*Link, error) {
+	c, err := compile(p)
+	if err != nil {
+		netns.Close()
+		return nil, err
+	}
+	if sandboxID == "" {
+		netns.Close()
+		return nil, errors.New("network: empty sandbox id")
+	}
+	l, err := m.newLink(sandboxID, 0, c)
+	if err != nil {
+		netns.Close()
+		return nil, err
+	}
+	l.netns = netns
+	return m.startLink(l, c, false)
+}
+
+// startLink starts a new link's device and stack unless its mode is none.
+func (m *Manager) startLink(l *Link, c *compiled, watch bool) (*Link, error) {
 	if c.mode != ModeNone {
 		l.mu.Lock()
 		err := l.startLocked()
@@ -276,15 +306,21 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, pid int, p Polic
 			return nil, err
 		}
 	}
-	l.watch()
+	if watch {
+		l.watch()
+	}
 	return l, nil
 }
 
 // startLocked creates the device and the stack; the caller holds l.mu.
 func (l *Link) startLocked() error {
 	m := l.m
-	pidfd := fdOf(l.pidfd) // valid while l.mu is held: Close waits for it
-	tun, err := createTUN(pidfd, "wd0", m.cfg.MTU)
+	target := l.pidfd
+	if l.netns != nil {
+		target = l.netns
+	}
+	pidfd := fdOf(target) // valid while l.mu is held: Close waits for it
+	tun, err := createTUN(pidfd, "wd0", m.cfg.MTU, l.netns != nil)
 	if err != nil {
 		return err
 	}
@@ -305,10 +341,12 @@ func (l *Link) startLocked() error {
 		tun.Close()
 		return err
 	}
-	if err := writeResolvConf(pidfd, l.pid); err != nil {
-		ns.close()
-		tun.Close()
-		return err
+	if l.netns == nil { // else the sandbox writes its own resolv.conf
+		if err := writeResolvConf(pidfd, l.pid); err != nil {
+			ns.close()
+			tun.Close()
+			return err
+		}
 	}
 	l.ns, l.tunFile = ns, tun
 	return nil

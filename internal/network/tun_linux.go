@@ -13,12 +13,16 @@ import (
 )
 
 // createTUN creates a TUN device in the network namespace of the process
-// behind pidfd, configures it (MTU, addresses, default routes, up) and
-// returns its fd. Only the open of /dev/net/tun and of a netlink socket
+// behind pidfd (a pidfd or a network namespace's fd), configures it (MTU,
+// addresses, default routes, up) and returns its fd. With persist the
+// device outlives the fd (TUNSETPERSIST), and a device of that name that
+// is already there is attached to as it is, not configured again: a
+// gVisor sandbox's kernel keeps a packet socket on it across a daemon
+// restart. Only the open of /dev/net/tun and of a netlink socket
 // happen inside the namespace, on a locked thread of a goroutine of their
 // own: were the switch back to fail, that thread dies with its goroutine
 // instead of returning to the scheduler in the wrong namespace.
-func createTUN(pidfd int, name string, mtu int) (*os.File, error) {
+func createTUN(pidfd int, name string, mtu int, persist bool) (*os.File, error) {
 	type opened struct {
 		tun, nl int
 		err     error
@@ -67,6 +71,8 @@ func createTUN(pidfd int, name string, mtu int) (*os.File, error) {
 		return nil, res.err
 	}
 	defer unix.Close(res.nl)
+	_, lerr := (&rtnl{fd: res.nl}).linkIndex(name)
+	existed := lerr == nil
 	tun := os.NewFile(uintptr(res.tun), "tun:"+name)
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
@@ -78,11 +84,100 @@ func createTUN(pidfd int, name string, mtu int) (*os.File, error) {
 		tun.Close()
 		return nil, fmt.Errorf("network: TUNSETIFF: %w", err)
 	}
+	if persist {
+		if err := unix.IoctlSetInt(res.tun, unix.TUNSETPERSIST, 1); err != nil {
+			tun.Close()
+			return nil, fmt.Errorf("network: TUNSETPERSIST: %w", err)
+		}
+		if existed {
+			return tun, nil
+		}
+	}
 	if err := configureLink(res.nl, name, mtu); err != nil {
 		tun.Close()
 		return nil, err
 	}
 	return tun, nil
+}
+
+// readdress puts wd0's addresses and routes back in the namespace behind
+// nsfd (runsc removes them from the device once its kernel has taken them
+// over; a restore reads them again). Ones still there are kept.
+func readdress(nsfd int, name string, mtu int) error {
+	nl, err := inNetns(nsfd, func() (int, error) {
+		return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(nl)
+	c := &rtnl{fd: nl}
+	idx, err := c.linkIndex(name)
+	if err != nil {
+		return err
+	}
+	keep := func(err error) error {
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return err
+	}
+	if err := c.setLink(idx, mtu); err != nil {
+		return err
+	}
+	if err := keep(c.addAddr(idx, SandboxAddr4, SandboxPrefix4.Bits())); err != nil {
+		return err
+	}
+	if err := keep(c.addRoute(idx, Gateway4)); err != nil {
+		return err
+	}
+	if err := keep(c.addAddr(idx, SandboxAddr6, SandboxPrefix6.Bits())); err == nil {
+		return keep(c.addRoute(idx, Gateway6))
+	}
+	return nil
+}
+
+// inNetns runs open on a locked thread inside the namespace behind nsfd
+// and returns the descriptor it opened (see createTUN for why a thread of
+// its own).
+func inNetns(nsfd int, open func() (int, error)) (int, error) {
+	type opened struct {
+		fd  int
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		runtime.LockOSThread()
+		res := opened{fd: -1}
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			res.err = fmt.Errorf("network: open own netns: %w", err)
+			runtime.UnlockOSThread()
+			ch <- res
+			return
+		}
+		defer unix.Close(self)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			res.err = fmt.Errorf("network: enter sandbox netns: %w", err)
+			runtime.UnlockOSThread()
+			ch <- res
+			return
+		}
+		res.fd, res.err = open()
+		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
+			res.err = fmt.Errorf("network: return to own netns: %w", err)
+			ch <- res
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- res
+	}()
+	res := <-ch
+	if res.err != nil && res.fd >= 0 {
+		unix.Close(res.fd)
+		res.fd = -1
+	}
+	return res.fd, res.err
 }
 
 // configureLink sets up the device over a NETLINK_ROUTE socket opened in the

@@ -250,7 +250,7 @@ func (m *Manager) validate(req *CreateRequest) error {
 		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, b.ID())
 	}
 	if req.Network != nil && req.Network.Mode != network.ModeNone {
-		if _, ok := b.(PIDer); !ok {
+		if !hasNetwork(b) {
 			return fmt.Errorf("%w: network mode %s is not available on backend %s (only none)", ErrInvalid, req.Network.Mode, b.ID())
 		}
 	}
@@ -327,6 +327,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		spec.Limits.DiskBytes = tm.Limits.DiskBytes
 	}
 	spec.Limits = spec.Limits.WithDefaults()
+	_, netnser := bk.(NetNSer)
+	preNet := netnser && req.Network != nil && req.Network.Mode != network.ModeNone
+	if preNet {
+		// Its kernel reads its devices at boot: the link comes first.
+		spec.Network, spec.ResolvConf = true, network.ResolvConf
+	}
 	now := time.Now().UTC()
 	sb := store.Sandbox{
 		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: bk.ID(),
@@ -344,6 +350,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err == nil {
 		m.setHandle(id, h) // a kill during the boot finds it
 		var started backend.Handle
+		if preNet {
+			if err = m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
+				bk.Delete(bctx, h)
+				m.dropHandle(id)
+				m.finish(bctx, id, StateFailed, err.Error())
+				return store.Sandbox{}, err
+			}
+		}
 		if started, err = bk.Start(bctx, h); err != nil {
 			bk.Delete(bctx, h)
 			m.dropHandle(id)
@@ -356,12 +370,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		m.finish(bctx, id, StateFailed, "start failed: "+err.Error())
 		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
 	}
-	if err := m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
-		bk.Delete(bctx, h)
-		m.dropHandle(id)
-		m.finish(bctx, id, StateFailed, err.Error())
-		return store.Sandbox{}, err
+	if !preNet { // else attached before Start
+		if err := m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
+			bk.Delete(bctx, h)
+			m.dropHandle(id)
+			m.finish(bctx, id, StateFailed, err.Error())
+			return store.Sandbox{}, err
+		}
 	}
+
 	if tm.Start != nil {
 		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return bk.DialAgent(ctx, h) })
 		m.mu.Lock()
@@ -415,6 +432,9 @@ func (m *Manager) dropHandle(id string) {
 // poolable reports whether req asks for nothing a pooled sandbox lacks.
 func (m *Manager) poolable(req CreateRequest) bool {
 	d := backend.DefaultLimits
+	if _, netnser := m.b.(NetNSer); netnser && req.Network != nil && req.Network.Mode != network.ModeNone {
+		return false // a pooled sandbox of such a backend has no network namespace
+	}
 	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" && req.Isolation == m.b.ID() &&
 		(req.CPUMillis == 0 || req.CPUMillis == d.CPUMillis) &&
 		(req.MemoryMB == 0 || req.MemoryMB<<20 == d.MemoryBytes) &&
@@ -756,6 +776,16 @@ func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) 
 	p, ok := m.bk(h).(backend.Pauser)
 	if !ok {
 		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, h.Backend)
+	}
+	// A kernel restored from a checkpoint reads its devices again (gvisor):
+	// give them back the addresses it took at boot.
+	m.mu.Lock()
+	l := m.links[id]
+	m.mu.Unlock()
+	if l != nil {
+		if err := l.Readdress(); err != nil {
+			return store.Sandbox{}, fmt.Errorf("resume: network: %w", err)
+		}
 	}
 	if err := p.Resume(ctx, h); err != nil {
 		return store.Sandbox{}, fmt.Errorf("resume: %w", err)

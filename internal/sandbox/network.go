@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/network"
@@ -16,6 +17,22 @@ import (
 // the network manager attaches the sandbox's link to.
 type PIDer interface {
 	PID(ctx context.Context, h backend.Handle) (int, error)
+}
+
+// NetNSer is implemented by backends whose sandbox kernel reads its network
+// devices when it boots (gvisor): a sandbox created with Spec.Network has a
+// network namespace of its own, which the network manager sets up between
+// Create and Start. NetNS returns it (an fd the caller owns), or an error
+// for a sandbox created without one.
+type NetNSer interface {
+	NetNS(ctx context.Context, h backend.Handle) (*os.File, error)
+}
+
+// hasNetwork reports whether backend b can give a sandbox a network.
+func hasNetwork(b backend.Backend) bool {
+	_, pider := b.(PIDer)
+	_, netnser := b.(NetNSer)
+	return pider || netnser
 }
 
 // ErrNoNetwork is returned for network calls on a daemon or backend
@@ -41,6 +58,26 @@ func (m *Manager) attachNetwork(ctx context.Context, id string, h backend.Handle
 		if p.Mode != "" && p.Mode != network.ModeNone {
 			return fmt.Errorf("%w: this daemon has no network manager", ErrNoNetwork)
 		}
+		return nil
+	}
+	if nn, ok := m.bk(h).(NetNSer); ok {
+		ns, err := nn.NetNS(ctx, h)
+		if err != nil {
+			if p.Mode == "" || p.Mode == network.ModeNone {
+				return nil // a sandbox created without a network stays without
+			}
+			return fmt.Errorf("%w: a %s sandbox gets a network only when created with one (%v)", ErrNoNetwork, h.Backend, err)
+		}
+		l, err := m.Net.AttachNetNS(ctx, id, ns, p)
+		if err != nil {
+			return fmt.Errorf("attach network: %w", err)
+		}
+		m.mu.Lock()
+		if old, ok := m.links[id]; ok && old != l {
+			old.Close()
+		}
+		m.links[id] = l
+		m.mu.Unlock()
 		return nil
 	}
 	pider, ok := m.bk(h).(PIDer)

@@ -26,7 +26,7 @@ func TestGVisor(t *testing.T) {
 		t.Fatalf("runsc is not installed (scripts/install-deps.sh builds it): %v", err)
 	}
 	state, run := newDirs(t)
-	t.Cleanup(func() { unix.Unmount(filepath.Join(run, "gvisor", ".runsc", "null-netns"), unix.MNT_DETACH) })
+	t.Cleanup(func() { unmountUnder(filepath.Join(run, "gvisor")) })
 	d := startDaemon(t, state, run)
 	c := d.client(t, d.adminKey)
 	ctx := ctxT(t)
@@ -177,6 +177,21 @@ func TestGVisor(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(run, "gvisor", ".snapshots", "*")); len(m) > 0 {
 		t.Errorf("snapshots left: %v", m)
+	}
+}
+
+// unmountUnder detaches every mount under dir (runsc's gofer namespace
+// and sandboxes' network namespaces the test's daemon left; tests kill
+// their sandboxes, but runsc keeps its null-netns on purpose).
+func unmountUnder(dir string) {
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			unix.Unmount(f[4], unix.MNT_DETACH)
+		}
 	}
 }
 

@@ -326,6 +326,9 @@ type handleData struct {
 	Dir       string `json:"dir"`
 	Cgroup    string `json:"cgroup"`
 	DiskBytes int64  `json:"disk_bytes,omitempty"` // the root overlay's size, which a restore needs again
+	// Network: the sandbox runs in the network namespace bound at
+	// Dir/netns (runsc --network=sandbox); otherwise --network=none.
+	Network bool `json:"network,omitempty"`
 	// Layers are the template's: a snapshot's forks must present the same.
 	Layers    []backend.Layer `json:"layers,omitempty"`
 	Pid       int             `json:"pid,omitempty"`        // the sentry (runsc-sandbox) on the host
@@ -447,6 +450,7 @@ func (st handleData) upper() string    { return filepath.Join(st.Dir, "upper") }
 func (st handleData) lower() string    { return filepath.Join(st.Dir, "lower") }
 func (st handleData) socket() string   { return filepath.Join(st.control(), ginit.SocketName) }
 func (st handleData) logPath() string  { return filepath.Join(st.Dir, "sandbox.log") }
+func (st handleData) netns() string    { return filepath.Join(st.Dir, "netns") }
 
 // cgroupName is the sandbox's host cgroup: "gv-" and the id, or a digest of
 // a long id (cgroup names are at most 63 bytes).
@@ -463,11 +467,20 @@ func (b *Backend) runscFor(st handleData, diskBytes int64) runsc {
 	flags := []string{
 		"--root=" + filepath.Join(b.cfg.RunDir, runscStateDir),
 		"--platform=" + b.cfg.Platform,
-		"--network=none",
+
 		"--host-uds=create",
 		"--in-sandbox-cgroup=v2",
 		"--dcache=" + strconv.Itoa(b.cfg.DentryCache),
 		"--directfs=" + strconv.FormatBool(b.cfg.DirectFS),
+	}
+	if st.Network {
+		// gVisor's netstack on the TUN device wardend put in the sandbox's
+		// namespace (a packet socket on it). Without segmentation offload:
+		// with gVisor's software GSO, data segments never reached the
+		// other end of the TUN device (handshakes did).
+		flags = append(flags, "--network=sandbox", "--gso=false", "--software-gso=false")
+	} else {
+		flags = append(flags, "--network=none")
 	}
 	medium := "memory"
 	if b.cfg.DiskOverlay {
@@ -526,7 +539,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 			b.forget(bx)
 		}
 	}()
-	bx.state = handleData{Dir: filepath.Join(b.cfg.RunDir, spec.ID), Cgroup: cgroupName(spec.ID), DiskBytes: spec.Limits.DiskBytes, Layers: spec.Layers}
+	bx.state = handleData{Dir: filepath.Join(b.cfg.RunDir, spec.ID), Cgroup: cgroupName(spec.ID), DiskBytes: spec.Limits.DiskBytes, Layers: spec.Layers, Network: spec.Network}
 	st := bx.state
 	if b.stale(st, spec.ID) {
 		b.cleanup(ctx, st, spec.ID) // left by a crashed run
@@ -555,6 +568,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 			return h, fmt.Errorf("layers of %s: %w", t, err)
 		}
 		lowers = append(lowers, lower{target: t, source: src, inside: ginit.LowerDir + "/" + strconv.Itoa(i)})
+	}
+	if spec.Network {
+		if err := makeNetNS(st.netns()); err != nil {
+			return h, err
+		}
 	}
 	if err := b.writeBundle(bx, lowers); err != nil {
 		return h, err
@@ -614,6 +632,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		Seccomp:     b.seccomp,
 		Agent:       agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env},
 		UpperBytes:  l.DiskBytes,
+		ResolvConf:  spec.ResolvConf,
 	}
 	for _, lw := range lowers {
 		icfg.Mounts = append(icfg.Mounts, ginit.Mount{Target: lw.target, Lower: lw.inside})
@@ -650,6 +669,9 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		// Read-only: runsc puts no overlay of its own on it.
 		oci.Mounts = append(oci.Mounts, specs.Mount{Destination: lw.inside, Type: "bind", Source: lw.source,
 			Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	if st.Network {
+		oci.Linux.Namespaces[1].Path = st.netns()
 	}
 	raw, err := json.MarshalIndent(&oci, "", "  ")
 	if err != nil {
@@ -709,6 +731,9 @@ func (b *Backend) cleanup(ctx context.Context, st handleData, id string) error {
 	}
 	if err := unmountAll(st.rootfs()); err != nil {
 		errs = append(errs, err)
+	}
+	if err := unix.Unmount(st.netns(), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("unmount netns: %w", err))
 	}
 	if m, _ := filepath.Glob(filepath.Join(st.lower(), "*")); len(m) > 0 {
 		for _, d := range m {

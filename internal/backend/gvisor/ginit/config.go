@@ -69,6 +69,8 @@ type Config struct {
 	// Lower with its writable layer in a tmpfs of UpperBytes.
 	Mounts     []Mount `json:"mounts"`
 	UpperBytes int64   `json:"upper_bytes"`
+	// ResolvConf, if set, becomes /etc/resolv.conf.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
 // Mount is a target whose read-only layers the bundle binds at Lower.

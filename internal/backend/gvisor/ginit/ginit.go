@@ -50,7 +50,7 @@ func Run() error {
 	if err := setupFS(cfg); err != nil {
 		return err
 	}
-	if err := writeIdentity(cfg.Hostname); err != nil {
+	if err := writeIdentity(cfg.Hostname, cfg.ResolvConf); err != nil {
 		return err
 	}
 	if cfg.OpenFiles > 0 {
@@ -364,12 +364,16 @@ func populateDev(cfg Config) error {
 }
 
 // writeIdentity writes /etc/hostname and /etc/hosts into the writable layer.
-func writeIdentity(hostname string) error {
+func writeIdentity(hostname, resolvConf string) error {
 	if err := os.MkdirAll("/etc", 0o755); err != nil {
 		return fmt.Errorf("create /etc: %w", err)
 	}
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-	for name, content := range map[string]string{"/etc/hostname": hostname + "\n", "/etc/hosts": hosts} {
+	files := map[string]string{"/etc/hostname": hostname + "\n", "/etc/hosts": hosts}
+	if resolvConf != "" {
+		files["/etc/resolv.conf"] = resolvConf
+	}
+	for name, content := range files {
 		os.Remove(name)
 		fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
 		if err != nil {
