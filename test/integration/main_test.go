@@ -80,6 +80,12 @@ func newDirs(t *testing.T) (state, run string) {
 // startDaemon starts wardend on the given dirs and waits until it serves.
 func startDaemon(t *testing.T, state, run string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, state, run, nil, extra...)
+}
+
+// startDaemonEnv is startDaemon with env added to wardend's environment.
+func startDaemonEnv(t *testing.T, state, run string, env []string, extra ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, stateDir: state, runDir: run, log: &bytes.Buffer{}}
 	addr := freePort(t)
 	d.url = "http://" + addr
@@ -92,7 +98,7 @@ func startDaemon(t *testing.T, state, run string, extra ...string) *daemon {
 		"--pool-size", "0"}, extra...)
 	d.cmd = exec.Command(filepath.Join(binDir, "wardend"), args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	d.cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	d.cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
