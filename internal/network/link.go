@@ -34,7 +34,7 @@ type Link struct {
 	// before the sandbox ran (AttachNetNS): the device persists and the
 	// sandbox writes its own resolv.conf.
 	netns *os.File
-	done    chan struct{}
+	done  chan struct{}
 
 	denyMu   sync.Mutex
 	denials  []Denial // newest last, at most maxDenials
