@@ -103,7 +103,8 @@ func TestSmoke(t *testing.T) {
 		"download 4 MiB from the fake host, in a sandbox (allowlist)",
 		"baseline: runsc do true (systrap)", "baseline: 3 bwrap launches at once", "api: pause, idle sandbox (native)", "api: resume → first output (native)",
 		"api: pause, idle sandbox (gvisor)", "api: resume, idle sandbox (gvisor)", "api: fork 1 → first output (gvisor)",
-		"api: create → first output (gvisor, no pool)"} {
+		"api: create → first output (gvisor, no pool)", "api: create → first output, network allowlist (gvisor)",
+		"download 4 MiB from the fake host, in a sandbox (allowlist) (gvisor)"} {
 		if !names[want] {
 			t.Errorf("no %q in the results", want)
 		}
