@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,11 +18,20 @@ import (
 // port, and what a daemon restart keeps (signed URLs: the presign key is on
 // disk) and forgets (public ports: every port is private again).
 func TestPreview(t *testing.T) {
+	for _, iso := range []string{"native", "gvisor"} {
+		t.Run(iso, func(t *testing.T) { testPreview(t, iso) })
+	}
+}
+
+func testPreview(t *testing.T, iso string) {
 	state, run := newDirs(t)
+	if iso == "gvisor" {
+		t.Cleanup(func() { unmountUnder(filepath.Join(run, "gvisor")) })
+	}
 	d := startDaemon(t, state, run, "--preview-domain", "preview.test")
 	ctx := ctxT(t)
 	c := d.client(t, d.adminKey)
-	sb, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 600})
+	sb, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 600, Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
