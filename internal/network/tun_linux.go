@@ -23,52 +23,26 @@ import (
 // own: were the switch back to fail, that thread dies with its goroutine
 // instead of returning to the scheduler in the wrong namespace.
 func createTUN(pidfd int, name string, mtu int, persist bool) (*os.File, error) {
-	type opened struct {
-		tun, nl int
-		err     error
-	}
-	ch := make(chan opened, 1)
-	go func() {
-		runtime.LockOSThread()
-		res := opened{tun: -1, nl: -1}
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			res.err = fmt.Errorf("network: open own netns: %w", err)
-			runtime.UnlockOSThread()
-			ch <- res
-			return
+	var res struct{ tun, nl int }
+	res.tun, res.nl = -1, -1
+	err := inNetns(pidfd, func() error {
+		var err error
+		if res.tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("network: open /dev/net/tun: %w", err)
 		}
-		defer unix.Close(self)
-		if err := unix.Setns(pidfd, unix.CLONE_NEWNET); err != nil {
-			res.err = fmt.Errorf("network: enter sandbox netns: %w", err)
-			runtime.UnlockOSThread()
-			ch <- res
-			return
+		if res.nl, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE); err != nil {
+			return fmt.Errorf("network: netlink socket: %w", err)
 		}
-		res.tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			res.err = fmt.Errorf("network: open /dev/net/tun: %w", err)
-		} else if res.nl, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE); err != nil {
-			res.err = fmt.Errorf("network: netlink socket: %w", err)
-		}
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			// Stay locked: the runtime ends this thread with the goroutine.
-			res.err = fmt.Errorf("network: return to own netns: %w", err)
-			ch <- res
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- res
-	}()
-	res := <-ch
-	if res.err != nil {
+		return nil
+	})
+	if err != nil {
 		if res.tun >= 0 {
 			unix.Close(res.tun)
 		}
 		if res.nl >= 0 {
 			unix.Close(res.nl)
 		}
-		return nil, res.err
+		return nil, err
 	}
 	defer unix.Close(res.nl)
 	_, lerr := (&rtnl{fd: res.nl}).linkIndex(name)
@@ -104,11 +78,17 @@ func createTUN(pidfd int, name string, mtu int, persist bool) (*os.File, error) 
 // nsfd (runsc removes them from the device once its kernel has taken them
 // over; a restore reads them again). Ones still there are kept.
 func readdress(nsfd int, name string, mtu int) error {
-	nl, err := inNetns(nsfd, func() (int, error) {
-		return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	nl := -1
+	err := inNetns(nsfd, func() error {
+		var err error
+		nl, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+		return err
 	})
 	if err != nil {
-		return err
+		if nl >= 0 {
+			unix.Close(nl)
+		}
+		return fmt.Errorf("network: netlink socket: %w", err)
 	}
 	defer unix.Close(nl)
 	c := &rtnl{fd: nl}
@@ -137,47 +117,36 @@ func readdress(nsfd int, name string, mtu int) error {
 	return nil
 }
 
-// inNetns runs open on a locked thread inside the namespace behind nsfd
-// and returns the descriptor it opened (see createTUN for why a thread of
-// its own).
-func inNetns(nsfd int, open func() (int, error)) (int, error) {
-	type opened struct {
-		fd  int
-		err error
-	}
-	ch := make(chan opened, 1)
+// inNetns runs fn on a locked thread of a goroutine of its own, inside the
+// network namespace behind nsfd (a pidfd or a namespace fd), for the opens
+// that must happen there. Were the switch back to fail, that thread stays
+// locked and dies with its goroutine instead of returning to the scheduler
+// in the wrong namespace.
+func inNetns(nsfd int, fn func() error) error {
+	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		res := opened{fd: -1}
 		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			res.err = fmt.Errorf("network: open own netns: %w", err)
 			runtime.UnlockOSThread()
-			ch <- res
+			errc <- fmt.Errorf("network: open own netns: %w", err)
 			return
 		}
 		defer unix.Close(self)
 		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-			res.err = fmt.Errorf("network: enter sandbox netns: %w", err)
 			runtime.UnlockOSThread()
-			ch <- res
+			errc <- fmt.Errorf("network: enter sandbox netns: %w", err)
 			return
 		}
-		res.fd, res.err = open()
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			res.err = fmt.Errorf("network: return to own netns: %w", err)
-			ch <- res
+		err = fn()
+		if serr := unix.Setns(self, unix.CLONE_NEWNET); serr != nil {
+			errc <- errors.Join(err, fmt.Errorf("network: return to own netns: %w", serr))
 			return
 		}
 		runtime.UnlockOSThread()
-		ch <- res
+		errc <- err
 	}()
-	res := <-ch
-	if res.err != nil && res.fd >= 0 {
-		unix.Close(res.fd)
-		res.fd = -1
-	}
-	return res.fd, res.err
+	return <-errc
 }
 
 // configureLink sets up the device over a NETLINK_ROUTE socket opened in the

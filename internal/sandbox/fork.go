@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -90,7 +91,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req ForkRequest) ([]store
 	}()
 	timeout := req.Timeout
 	if timeout == 0 {
-		timeout = cmpOr(src.Lifecycle.Timeout, m.cfg.DefaultTimeout)
+		timeout = cmp.Or(src.Lifecycle.Timeout, m.cfg.DefaultTimeout)
 	}
 	var out []store.Sandbox
 	for i := 0; i < req.N; i++ {
@@ -105,13 +106,6 @@ func (m *Manager) Fork(ctx context.Context, id string, req ForkRequest) ([]store
 		out = append(out, sb)
 	}
 	return out, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // forkTemplate is the template src booted from (by id: its name may point

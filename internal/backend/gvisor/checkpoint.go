@@ -142,9 +142,7 @@ func (b *Backend) writeImage(ctx context.Context, bx *box, dir string) (err erro
 	}
 	defer func() {
 		if err != nil {
-			rctx := context.WithoutCancel(ctx)
-			r.run(rctx, "resume", bx.id)
-			b.wakeAgent(rctx, bx)
+			b.undoPause(ctx, bx)
 		}
 	}()
 	os.RemoveAll(dir)
@@ -160,6 +158,14 @@ func (b *Backend) writeImage(ctx context.Context, bx *box, dir string) (err erro
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
+}
+
+// undoPause resumes a sandbox writeImage left stopped and wakes its agent:
+// it runs as before.
+func (b *Backend) undoPause(ctx context.Context, bx *box) {
+	rctx := context.WithoutCancel(ctx)
+	b.runscFor(bx.state, 1).run(rctx, "resume", bx.id)
+	b.wakeAgent(rctx, bx)
 }
 
 // syncDir flushes a directory's files and the directory itself to disk,
@@ -216,18 +222,14 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	// directory.
 	if err := copyFileSync(filepath.Join(bx.state.Dir, specFile), filepath.Join(tmp, specFile)); err != nil {
 		os.RemoveAll(tmp)
-		r := b.runscFor(bx.state, 1)
-		r.run(context.WithoutCancel(ctx), "resume", bx.id)
-		b.wakeAgent(context.WithoutCancel(ctx), bx)
+		b.undoPause(ctx, bx)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	// From here the image is the sandbox.
 	os.RemoveAll(b.checkpoint(bx.id))
 	if err := os.Rename(tmp, b.checkpoint(bx.id)); err != nil {
 		os.RemoveAll(tmp)
-		r := b.runscFor(bx.state, 1)
-		r.run(context.WithoutCancel(ctx), "resume", bx.id)
-		b.wakeAgent(context.WithoutCancel(ctx), bx)
+		b.undoPause(ctx, bx)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	bx.onDisk.Store(true)

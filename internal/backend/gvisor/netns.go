@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 )
 
 // makeNetNS creates a network namespace with its loopback up and binds it
@@ -38,7 +39,7 @@ func makeNetNS(path string) error {
 			errc <- fmt.Errorf("netns: unshare: %w", err)
 			return
 		}
-		err = loopbackUp()
+		err = nsinit.LoopbackUp()
 		if err == nil {
 			err = unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
 		}
@@ -53,27 +54,6 @@ func makeNetNS(path string) error {
 		unix.Unmount(path, unix.MNT_DETACH)
 		os.Remove(path)
 		return fmt.Errorf("netns: %w", err)
-	}
-	return nil
-}
-
-// loopbackUp sets lo up in the calling thread's network namespace.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback up: %w", err)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func setup(cfg Config, fds []int) error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
-	if err := loopbackUp(); err != nil {
+	if err := LoopbackUp(); err != nil {
 		return err
 	}
 	if err := writeIdentity(cfg.Hostname); err != nil {
@@ -407,10 +407,11 @@ func populateDev(dev string, cfg Config) error {
 	return nil
 }
 
-// loopbackUp brings up lo, the only interface of the sandbox's network
-// namespace, so that 127.0.0.1 and ::1 work inside the sandbox (a dev server
-// and its client, a database on localhost). It reaches nothing outside.
-func loopbackUp() error {
+// LoopbackUp brings up lo, the only interface of the calling thread's
+// network namespace, so that 127.0.0.1 and ::1 work inside the sandbox (a
+// dev server and its client, a database on localhost). It reaches nothing
+// outside. (The gvisor backend uses it for the namespaces it makes.)
+func LoopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("loopback: %w", err)
