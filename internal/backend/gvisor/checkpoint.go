@@ -51,6 +51,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
+	"github.com/warden-sandbox/warden/internal/backend/hostproc"
 )
 
 var _ backend.Snapshotter = (*Backend)(nil)
@@ -327,7 +328,7 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 	if cs.Pid <= 0 {
 		return fail(errors.New("runsc reports no sandbox pid"))
 	}
-	start, err := procStartTime(cs.Pid)
+	start, err := hostproc.StartTime(cs.Pid)
 	if err != nil {
 		return fail(err)
 	}
@@ -335,7 +336,7 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 	if err != nil {
 		return fail(fmt.Errorf("pidfd: %w", err))
 	}
-	if t, err := procStartTime(cs.Pid); err != nil || t != start {
+	if t, err := hostproc.StartTime(cs.Pid); err != nil || t != start {
 		unix.Close(pidfd)
 		return fail(errors.New("the restored sandbox exited: " + b.logTail(*st)))
 	}

@@ -133,6 +133,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agent"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
+	"github.com/warden-sandbox/warden/internal/backend/hostproc"
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
@@ -348,7 +349,7 @@ func New(cfg Config) (*Backend, error) {
 	if rp, err = filepath.Abs(rp); err != nil {
 		return nil, err
 	}
-	agentPath, err := findAgent(cfg.AgentPath)
+	agentPath, err := hostproc.FindAgent(cfg.AgentPath)
 	if err != nil {
 		return nil, err
 	}
@@ -375,25 +376,6 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), boxes: map[string]*box{}}, nil
-}
-
-func findAgent(p string) (string, error) {
-	if p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("agent binary: %w", err)
-		}
-		return filepath.Abs(p)
-	}
-	if exe, err := os.Executable(); err == nil {
-		c := filepath.Join(filepath.Dir(exe), "warden-agent")
-		if _, err := os.Stat(c); err == nil {
-			return c, nil
-		}
-	}
-	if c, err := exec.LookPath("warden-agent"); err == nil {
-		return filepath.Abs(c)
-	}
-	return "", errors.New("agent binary warden-agent not found next to this program or on PATH (build it with: CGO_ENABLED=0 go build -o bin/warden-agent ./cmd/warden-agent)")
 }
 
 // installAgent copies the agent binary to dir/.warden-agent (0555), replacing
@@ -818,13 +800,13 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	if cs.Pid <= 0 {
 		return fmt.Errorf("start sandbox %s: runsc reports no sandbox pid", bx.id)
 	}
-	if st.StartTime, err = procStartTime(cs.Pid); err != nil {
+	if st.StartTime, err = hostproc.StartTime(cs.Pid); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", bx.id, err)
 	}
 	if bx.pidfd, err = unix.PidfdOpen(cs.Pid, 0); err != nil {
 		return fmt.Errorf("start sandbox %s: pidfd: %w", bx.id, err)
 	}
-	if t, err := procStartTime(cs.Pid); err != nil || t != st.StartTime {
+	if t, err := hostproc.StartTime(cs.Pid); err != nil || t != st.StartTime {
 		return fmt.Errorf("start sandbox %s: the sandbox process exited: %s", bx.id, b.logTail(*st))
 	}
 	st.Pid = cs.Pid
@@ -938,35 +920,7 @@ func (bx *box) running() bool {
 	}
 }
 
-// procStartTime reads field 22 of /proc/<pid>/stat; an exited (zombie)
-// process is an error.
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read process start time: %w", err)
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, fmt.Errorf("process %d has exited", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-func (b *Backend) saveState(bx *box) {
-	raw, _ := json.Marshal(b.handle(bx))
-	tmp := filepath.Join(bx.state.Dir, "handle.json.tmp")
-	if os.WriteFile(tmp, raw, 0o600) == nil {
-		os.Rename(tmp, filepath.Join(bx.state.Dir, "handle.json"))
-	}
-}
+func (b *Backend) saveState(bx *box) { hostproc.WriteHandle(bx.state.Dir, b.handle(bx)) }
 
 // group returns the sandbox's cgroup, loading it after a recovery.
 func (bx *box) group() (*cgroup.Group, error) {
@@ -1281,7 +1235,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	if st.Pid == 0 {
 		return lost("it never started")
 	}
-	if t, err := procStartTime(st.Pid); err != nil || t != st.StartTime {
+	if t, err := hostproc.StartTime(st.Pid); err != nil || t != st.StartTime {
 		return lost("its sandbox is no longer running")
 	}
 	fd, err := unix.PidfdOpen(st.Pid, 0)
@@ -1290,7 +1244,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	}
 	bx.pidfd = fd
 	// Re-check after opening the pidfd: the pid cannot be reused now.
-	if t, err := procStartTime(st.Pid); err != nil || t != st.StartTime {
+	if t, err := hostproc.StartTime(st.Pid); err != nil || t != st.StartTime {
 		return lost("its sandbox is no longer running")
 	}
 	cs, err := b.runscFor(st, 1).state(ctx, h.ID)
@@ -1345,15 +1299,7 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 
 // ReadHandle reads the handle a sandbox's directory recorded at start.
 func (b *Backend) ReadHandle(id string) (backend.Handle, error) {
-	var h backend.Handle
-	raw, err := os.ReadFile(filepath.Join(b.cfg.RunDir, id, "handle.json"))
-	if err != nil {
-		return h, fmt.Errorf("read handle: %w", err)
-	}
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return h, fmt.Errorf("decode handle: %w", err)
-	}
-	return h, nil
+	return hostproc.ReadHandle(filepath.Join(b.cfg.RunDir, id))
 }
 
 // Orphans lists sandbox directories under the run dir that no live sandbox

@@ -28,6 +28,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agent"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/backend/hostproc"
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
@@ -158,7 +159,7 @@ func New(cfg Config) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("native config: landlock must be require, best-effort or off, not %q", cfg.Landlock)
 	}
-	agentPath, err := findAgent(cfg.AgentPath)
+	agentPath, err := hostproc.FindAgent(cfg.AgentPath)
 	if err != nil {
 		return nil, err
 	}
@@ -191,25 +192,6 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{cfg: cfg, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}, nil
-}
-
-func findAgent(p string) (string, error) {
-	if p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("agent binary: %w", err)
-		}
-		return filepath.Abs(p)
-	}
-	if exe, err := os.Executable(); err == nil {
-		c := filepath.Join(filepath.Dir(exe), "warden-agent")
-		if _, err := os.Stat(c); err == nil {
-			return c, nil
-		}
-	}
-	if c, err := exec.LookPath("warden-agent"); err == nil {
-		return filepath.Abs(c)
-	}
-	return "", errors.New("agent binary warden-agent not found next to this program or on PATH (build it with: CGO_ENABLED=0 go build -o bin/warden-agent ./cmd/warden-agent)")
 }
 
 // installAgent copies the agent binary to dir/warden-agent (0555), replacing
@@ -464,7 +446,7 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 			<-bx.done
 		}
 	}()
-	if st.StartTime, err = procStartTime(pid); err != nil {
+	if st.StartTime, err = hostproc.StartTime(pid); err != nil {
 		return err
 	}
 	st.Pid = pid
@@ -610,35 +592,7 @@ func idmappedTree(pid int, path string, readonly bool) (int, error) {
 	return fd, nil
 }
 
-// procStartTime reads field 22 of /proc/<pid>/stat; an exited (zombie)
-// process is an error.
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read process start time: %w", err)
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, fmt.Errorf("process %d has exited", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-func (b *Backend) saveState(bx *box) {
-	raw, _ := json.Marshal(b.handle(bx))
-	tmp := filepath.Join(bx.state.Dir, "handle.json.tmp")
-	if os.WriteFile(tmp, raw, 0o600) == nil {
-		os.Rename(tmp, filepath.Join(bx.state.Dir, "handle.json"))
-	}
-}
+func (b *Backend) saveState(bx *box) { hostproc.WriteHandle(bx.state.Dir, b.handle(bx)) }
 
 // group returns the sandbox's cgroup, loading it after a recovery.
 func (bx *box) group() (*cgroup.Group, error) {
@@ -868,14 +822,14 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	case st.Pid == 0:
 		reason = "it never started"
 	default:
-		if t, err := procStartTime(st.Pid); err != nil || t != st.StartTime {
+		if t, err := hostproc.StartTime(st.Pid); err != nil || t != st.StartTime {
 			reason = "its agent is no longer running"
 		} else if fd, err := unix.PidfdOpen(st.Pid, 0); err != nil {
 			reason = "its agent is no longer running"
 		} else {
 			bx.pidfd = fd
 			// Re-check after opening the pidfd: the pid cannot be reused now.
-			if t, err := procStartTime(st.Pid); err != nil || t != st.StartTime {
+			if t, err := hostproc.StartTime(st.Pid); err != nil || t != st.StartTime {
 				reason = "its agent is no longer running"
 			}
 		}
@@ -1017,15 +971,7 @@ func (b *Backend) Orphans() ([]string, error) {
 
 // ReadHandle reads the handle a sandbox's directory recorded at start.
 func (b *Backend) ReadHandle(id string) (backend.Handle, error) {
-	var h backend.Handle
-	raw, err := os.ReadFile(filepath.Join(b.cfg.RunDir, id, "handle.json"))
-	if err != nil {
-		return h, fmt.Errorf("read handle: %w", err)
-	}
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return h, fmt.Errorf("decode handle: %w", err)
-	}
-	return h, nil
+	return hostproc.ReadHandle(filepath.Join(b.cfg.RunDir, id))
 }
 
 // PID returns the host pid of the sandbox's agent (PID 1 inside), whose
