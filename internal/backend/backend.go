@@ -269,13 +269,14 @@ type SnapshotRef struct {
 
 // Snapshotter is implemented by backends that snapshot a running sandbox's
 // memory and files and start new sandboxes from a snapshot (fork).
-// Snapshot leaves the source running. Restore starts a new sandbox with
-// spec's id and host-side limits from the snapshot; its layers must be the
-// source's. DeleteSnapshot frees a snapshot; sandboxes restored from it do
-// not need it any more.
+// Snapshot leaves the source running. StartFrom starts a created sandbox
+// (Create with its own id and host-side limits, and the source's template
+// layers) from a snapshot instead of booting it; on failure the caller
+// deletes it, as after a failed Start. DeleteSnapshot frees a snapshot;
+// sandboxes started from it do not need it any more.
 type Snapshotter interface {
 	Snapshot(ctx context.Context, h Handle) (SnapshotRef, error)
-	Restore(ctx context.Context, ref SnapshotRef, spec Spec) (Handle, error)
+	StartFrom(ctx context.Context, h Handle, ref SnapshotRef) (Handle, error)
 	DeleteSnapshot(ctx context.Context, ref SnapshotRef) error
 }
 

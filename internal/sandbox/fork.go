@@ -11,6 +11,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
 )
@@ -53,9 +54,6 @@ func (m *Manager) Fork(ctx context.Context, id string, req ForkRequest) ([]store
 	}
 	if len(src.Metadata)+len(req.Metadata) > 63 {
 		return nil, fmt.Errorf("%w: at most 64 metadata keys", ErrInvalid)
-	}
-	if p := policyOf(src); p.Mode != "" && p.Mode != "none" {
-		return nil, fmt.Errorf("%w: forking a sandbox with network mode %s is not supported", backend.ErrUnsupported, p.Mode)
 	}
 	release := func() {}
 	if p, ok := m.tmpl.(interface{ Pin() func() }); ok {
@@ -149,13 +147,41 @@ func (m *Manager) restoreFork(ctx context.Context, sn backend.Snapshotter, b bac
 		Env: src.Env, Metadata: md, User: src.User, Workdir: src.Workdir,
 		CreatedAt: now, ExpiresAt: now.Add(timeout),
 	}
+	pol := policyOf(src)
+	_, netnser := b.(NetNSer)
+	preNet := netnser && pol.Mode != "" && pol.Mode != network.ModeNone
+	if preNet {
+		spec.Network, spec.ResolvConf = true, network.ResolvConf
+	}
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
-	h, err := sn.Restore(ctx, ref, spec)
+	fail := func(h backend.Handle, err error) (store.Sandbox, error) {
+		b.Delete(ctx, h)
+		m.dropHandle(id)
+		m.finish(ctx, id, StateFailed, "fork failed: "+err.Error())
+		return store.Sandbox{}, err
+	}
+	h, err := b.Create(ctx, spec)
 	if err != nil {
 		m.finish(ctx, id, StateFailed, "fork failed: "+err.Error())
 		return store.Sandbox{}, err
+	}
+	m.setHandle(id, h)
+	// The fork's own network, with the source's policy, before its kernel
+	// reads its devices (native sandboxes get theirs after the start).
+	if preNet {
+		if err := m.attachNetwork(ctx, id, h, pol); err != nil {
+			return fail(h, err)
+		}
+	}
+	if h, err = sn.StartFrom(ctx, h, ref); err != nil {
+		return fail(h, err)
+	}
+	if !preNet {
+		if err := m.attachNetwork(ctx, id, h, pol); err != nil {
+			return fail(h, err)
+		}
 	}
 	m.setHandle(id, h)
 	raw, _ := json.Marshal(h)

@@ -163,6 +163,22 @@ except socket.gaierror as e: print('no answer', e.errno)"`); !strings.Contains(o
 		if after, err := c.GetNetwork(ctx, sb.ID); err != nil || before.Stats == nil || after.Stats == nil || after.Stats.Denied <= before.Stats.Denied {
 			t.Errorf("after resume the link saw nothing: before %+v after %+v %v", before.Stats, after.Stats, err)
 		}
+		// A fork gets a network of its own with the source's policy.
+		forks, err := c.ForkSandbox(ctx, sb.ID, warden.ForkRequest{})
+		if err != nil {
+			t.Fatalf("fork a gvisor sandbox with a network: %v\n%s", err, d2.log)
+		}
+		f := forks[0]
+		t.Cleanup(func() { c.KillSandbox(ctx, f.ID) })
+		if f.Network.Mode != "allowlist" || len(f.Network.Allow) != 2 {
+			t.Errorf("the fork's policy: %+v", f.Network)
+		}
+		if out, _ := sh(f.ID, probe); !strings.Contains(out, "refused") {
+			t.Errorf("connect to a private address from the fork: %s", out)
+		}
+		if st, err := c.GetNetwork(ctx, f.ID); err != nil || st.Stats == nil || st.Stats.Denied == 0 {
+			t.Errorf("the fork's own link saw nothing: %+v %v", st, err)
+		}
 	}
 	if st, err := c.GetNetwork(ctx, sb.ID); err != nil || st.Policy.Mode != "allowlist" || st.Stats == nil {
 		t.Errorf("network after restart: %+v %v", st, err)

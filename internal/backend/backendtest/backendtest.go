@@ -716,9 +716,13 @@ func testFork(t *testing.T, f Factory, b backend.Backend) {
 	var forks []*Sandbox
 	for i := 0; i < 2; i++ {
 		spec := f.Spec(t, newID("fork"))
-		h, err := sn.Restore(ctx, ref, spec)
+		h, err := b.Create(ctx, spec)
 		if err != nil {
-			t.Fatalf("restore fork %d: %v", i, err)
+			t.Fatalf("create fork %d: %v", i, err)
+		}
+		if h, err = sn.StartFrom(ctx, h, ref); err != nil {
+			b.Delete(ctx, h)
+			t.Fatalf("start fork %d from the snapshot: %v", i, err)
 		}
 		t.Cleanup(func() {
 			if err := b.Delete(context.Background(), h); err != nil {

@@ -25,7 +25,7 @@ package gvisor
 // once the agent answers. If it fails, whatever started is killed and the
 // image stays for a retry.
 //
-// Fork (Snapshot, then Restore with a new spec) writes the same image into
+// Fork (Snapshot, then Create and StartFrom for each new sandbox) writes the same image into
 // a snapshot directory while the source keeps running, and restores it into
 // new sandboxes, each with its own run directory, host cgroup, writable
 // layers (restored from the image, so copies) and a fresh sentry. gVisor's
@@ -497,12 +497,14 @@ func (b *Backend) DeleteSnapshot(ctx context.Context, ref backend.SnapshotRef) e
 	return os.RemoveAll(sd.Dir)
 }
 
-// Restore implements backend.Snapshotter: a new sandbox (spec's id, limits
-// and environment for the host side; its layers must be the snapshot's)
-// running from the snapshot. The processes, memory, files and kernel-side
-// settings (the in-sandbox limits, hostname, env of running processes) are
-// the source's.
-func (b *Backend) Restore(ctx context.Context, ref backend.SnapshotRef, spec backend.Spec) (h backend.Handle, err error) {
+// StartFrom implements backend.Snapshotter: it starts a created sandbox
+// (Create with its own id and host-side limits; its template layers must
+// be the snapshot's) from the snapshot instead of booting it. The
+// processes, memory, files and kernel-side settings (the in-sandbox limits,
+// hostname, env of running processes) are the source's. A sandbox created
+// with Spec.Network has its devices set up before, as for Start; its kernel
+// keeps the source's addresses, which are the same in every sandbox.
+func (b *Backend) StartFrom(ctx context.Context, h backend.Handle, ref backend.SnapshotRef) (backend.Handle, error) {
 	var sd snapshotData
 	if err := json.Unmarshal(ref.Data, &sd); err != nil {
 		return h, fmt.Errorf("%w: snapshot %s: %w", backend.ErrInvalidSpec, ref.ID, err)
@@ -513,29 +515,25 @@ func (b *Backend) Restore(ctx context.Context, ref backend.SnapshotRef, spec bac
 	if _, err := os.Stat(filepath.Join(sd.Dir, "checkpoint.img")); err != nil {
 		return h, fmt.Errorf("snapshot %s: %w", ref.ID, err)
 	}
-	if !sameLayers(sd.Layers, spec.Layers) {
-		return h, fmt.Errorf("%w: a sandbox restored from snapshot %s must have its source's template layers", backend.ErrInvalidSpec, ref.ID)
-	}
-	if h, err = b.Create(ctx, spec); err != nil {
-		return h, err
-	}
 	bx, err := b.lookup(h)
 	if err != nil {
 		return h, err
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
+	if bx.started {
+		return h, fmt.Errorf("%s: %w", bx.id, backend.ErrAlreadyStart)
+	}
+	if !sameLayers(sd.Layers, bx.state.Layers) {
+		return h, fmt.Errorf("%w: a sandbox started from snapshot %s must have its source's template layers", backend.ErrInvalidSpec, ref.ID)
+	}
 	bx.started = true
 	// gVisor restores the source's control directory entries it had
 	// looked up: the OOM counter (held open) and the two socket files.
 	if err := plantControl(bx.state.control()); err != nil {
-		b.cleanup(context.WithoutCancel(ctx), bx.state, bx.id)
-		b.forget(bx)
-		return h, fmt.Errorf("restore %s: %w", bx.id, err)
+		return h, fmt.Errorf("start %s from a snapshot: %w", bx.id, err)
 	}
 	if err := b.restore(ctx, bx, sd.Dir); err != nil {
-		b.cleanup(context.WithoutCancel(ctx), bx.state, bx.id)
-		b.forget(bx)
 		return h, err
 	}
 	b.saveState(bx)
