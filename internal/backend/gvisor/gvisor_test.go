@@ -221,3 +221,73 @@ func TestPausedAcrossReboot(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestPauseResumeFailures: a pause whose checkpoint cannot be written leaves
+// the sandbox running (its process counting on, its agent answering), and a
+// resume that fails keeps the checkpoint for a retry that then succeeds.
+func TestPauseResumeFailures(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend(t)
+	s := backendtest.Start(t, backendtest.Factory{New: newBackend, Spec: baseSpec}, b, nil)
+	s.Sh(t, "", "(sh -c 'i=0; while :; do i=$((i+1)); echo \"$$ $i\" > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.05; done' >/dev/null 2>&1 &); sleep 0.5")
+	read := func() (pid, n int) {
+		fmt.Sscan(s.Sh(t, "", "cat /tmp/c"), &pid, &n)
+		return pid, n
+	}
+	pid0, n0 := read()
+	// Make the image's directory impossible to create: its place is taken
+	// by a file.
+	ck := filepath.Join(runDir, "checkpoints", s.H.ID+".new")
+	if err := os.WriteFile(ck, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chattr := exec.Command("chattr", "+i", ck)
+	if out, err := chattr.CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i (needed to make the checkpoint fail): %v: %s", err, out)
+	}
+	defer exec.Command("chattr", "-i", ck).Run()
+	if err := b.(backend.Pauser).Pause(ctx, s.H); err == nil {
+		t.Fatal("pause succeeded with its checkpoint directory blocked")
+	} else {
+		t.Logf("pause failed as it should: %v", err)
+	}
+	if st, _ := b.Status(ctx, s.H); st != backend.StateRunning {
+		t.Fatalf("after a failed pause the sandbox is %q, want running", st)
+	}
+	pid1, n1 := read()
+	time.Sleep(200 * time.Millisecond)
+	pid2, n2 := read()
+	if pid1 != pid0 || pid2 != pid0 || n1 < n0 || n2 <= n1 {
+		t.Fatalf("after a failed pause: counter pid %d -> %d -> %d, count %d -> %d -> %d", pid0, pid1, pid2, n0, n1, n2)
+	}
+	exec.Command("chattr", "-i", ck).Run()
+	os.Remove(ck)
+
+	// A resume that fails: the bundle runsc restores from is missing.
+	if err := b.(backend.Pauser).Pause(ctx, s.H); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(runDir, s.H.ID, "bundle", "config.json")
+	if err := os.Rename(cfg, cfg+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.(backend.Pauser).Resume(ctx, s.H); err == nil {
+		t.Fatal("resume succeeded without its bundle")
+	}
+	if st, _ := b.Status(ctx, s.H); st != backend.StatePaused {
+		t.Fatalf("after a failed resume the sandbox is %q, want paused", st)
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "checkpoints", s.H.ID, "checkpoint.img")); err != nil {
+		t.Fatalf("after a failed resume the checkpoint is gone: %v", err)
+	}
+	if err := os.Rename(cfg+".away", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.(backend.Pauser).Resume(ctx, s.H); err != nil {
+		t.Fatalf("retried resume: %v", err)
+	}
+	pid3, n3 := read()
+	if pid3 != pid0 || n3 < n2 {
+		t.Fatalf("after the retried resume: counter pid %d count %d, want pid %d from %d", pid3, n3, pid0, n2)
+	}
+}
