@@ -298,13 +298,14 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 		r.run(rctx, "delete", "--force", bx.id)
 	}
 
+	os.Remove(st.pidFile()) // the last boot's; runsc writes it anew
 	logf, err := os.OpenFile(st.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("sandbox log: %w", err)
 	}
 	defer logf.Close()
 	args := append(append([]string{}, r.flags...), "--log="+filepath.Join(st.Dir, "runsc.log"),
-		"restore", "--detach", "--background", "--image-path="+dir, "--bundle="+st.bundle(), bx.id)
+		"restore", "--detach", "--background", "--pid-file="+st.pidFile(), "--image-path="+dir, "--bundle="+st.bundle(), bx.id)
 	cmd := exec.CommandContext(rctx, r.path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"
@@ -321,12 +322,9 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 		r.run(kctx, "delete", "--force", bx.id)
 		return fmt.Errorf("restore %s: %w", bx.id, e)
 	}
-	cs, err := r.state(rctx, bx.id)
+	cs, err := readPidFile(st.pidFile())
 	if err != nil {
 		return fail(err)
-	}
-	if cs.Pid <= 0 {
-		return fail(errors.New("runsc reports no sandbox pid"))
 	}
 	start, err := hostproc.StartTime(cs.Pid)
 	if err != nil {

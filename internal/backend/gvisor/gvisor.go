@@ -433,6 +433,23 @@ func (st handleData) lower() string    { return filepath.Join(st.Dir, "lower") }
 func (st handleData) socket() string   { return filepath.Join(st.control(), ginit.SocketName) }
 func (st handleData) logPath() string  { return filepath.Join(st.Dir, "sandbox.log") }
 func (st handleData) netns() string    { return filepath.Join(st.Dir, "netns") }
+func (st handleData) pidFile() string  { return filepath.Join(st.Dir, "sandbox.pid") }
+
+// sandboxPid is the sentry's pid as runsc's --pid-file records it (one
+// runsc process less than asking runsc state).
+type sandboxPid struct{ Pid int }
+
+func readPidFile(path string) (sandboxPid, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return sandboxPid{}, fmt.Errorf("sandbox pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 0 {
+		return sandboxPid{}, fmt.Errorf("sandbox pid: %q is not a pid", raw)
+	}
+	return sandboxPid{Pid: pid}, nil
+}
 
 // cgroupName is the sandbox's host cgroup: "gv-" and the id, or a digest of
 // a long id (cgroup names are at most 63 bytes).
@@ -780,7 +797,7 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	defer logf.Close()
 	// The sandbox inherits stdout and stderr: the agent's log.
 	args := append(append([]string{}, r.flags...), "--log="+filepath.Join(st.Dir, "runsc.log"),
-		"create", "--bundle", st.bundle(), bx.id)
+		"create", "--pid-file="+st.pidFile(), "--bundle", st.bundle(), bx.id)
 	cmd := exec.CommandContext(sctx, r.path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"
@@ -793,12 +810,9 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 			b.killSandbox(context.WithoutCancel(ctx), bx)
 		}
 	}()
-	cs, err := r.state(sctx, bx.id)
+	cs, err := readPidFile(st.pidFile())
 	if err != nil {
 		return fmt.Errorf("start sandbox %s: %w", bx.id, err)
-	}
-	if cs.Pid <= 0 {
-		return fmt.Errorf("start sandbox %s: runsc reports no sandbox pid", bx.id)
 	}
 	if st.StartTime, err = hostproc.StartTime(cs.Pid); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", bx.id, err)
