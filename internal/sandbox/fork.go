@@ -11,7 +11,6 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
-	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
 )
@@ -147,43 +146,16 @@ func (m *Manager) restoreFork(ctx context.Context, sn backend.Snapshotter, b bac
 		Env: src.Env, Metadata: md, User: src.User, Workdir: src.Workdir,
 		CreatedAt: now, ExpiresAt: now.Add(timeout),
 	}
-	pol := policyOf(src)
-	_, netnser := b.(NetNSer)
-	preNet := netnser && pol.Mode != "" && pol.Mode != network.ModeNone
-	if preNet {
-		spec.Network, spec.ResolvConf = true, network.ResolvConf
-	}
+	preNet(b, &spec, policyOf(src))
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
-	fail := func(h backend.Handle, err error) (store.Sandbox, error) {
-		b.Delete(ctx, h)
-		m.dropHandle(id)
-		m.finish(ctx, id, StateFailed, "fork failed: "+err.Error())
-		return store.Sandbox{}, err
-	}
-	h, err := b.Create(ctx, spec)
+	h, err := m.boot(ctx, id, b, spec, policyOf(src), func(ctx context.Context, h backend.Handle) (backend.Handle, error) {
+		return sn.StartFrom(ctx, h, ref)
+	}, "fork failed: ")
 	if err != nil {
-		m.finish(ctx, id, StateFailed, "fork failed: "+err.Error())
 		return store.Sandbox{}, err
 	}
-	m.setHandle(id, h)
-	// The fork's own network, with the source's policy, before its kernel
-	// reads its devices (native sandboxes get theirs after the start).
-	if preNet {
-		if err := m.attachNetwork(ctx, id, h, pol); err != nil {
-			return fail(h, err)
-		}
-	}
-	if h, err = sn.StartFrom(ctx, h, ref); err != nil {
-		return fail(h, err)
-	}
-	if !preNet {
-		if err := m.attachNetwork(ctx, id, h, pol); err != nil {
-			return fail(h, err)
-		}
-	}
-	m.setHandle(id, h)
 	raw, _ := json.Marshal(h)
 	sb, err = m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		s.State = string(StateRunning)

@@ -327,12 +327,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		spec.Limits.DiskBytes = tm.Limits.DiskBytes
 	}
 	spec.Limits = spec.Limits.WithDefaults()
-	_, netnser := bk.(NetNSer)
-	preNet := netnser && req.Network != nil && req.Network.Mode != network.ModeNone
-	if preNet {
-		// Its kernel reads its devices at boot: the link comes first.
-		spec.Network, spec.ResolvConf = true, network.ResolvConf
-	}
+	pol := policyOf(store.Sandbox{Network: networkOf(req)})
+	preNet(bk, &spec, pol)
 	now := time.Now().UTC()
 	sb := store.Sandbox{
 		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: bk.ID(),
@@ -346,39 +342,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	release()
 	// Boot even if the caller goes away: the record must end in a real state.
 	bctx := context.WithoutCancel(ctx)
-	h, err := bk.Create(bctx, spec)
-	if err == nil {
-		m.setHandle(id, h) // a kill during the boot finds it
-		var started backend.Handle
-		if preNet {
-			if err = m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
-				bk.Delete(bctx, h)
-				m.dropHandle(id)
-				m.finish(bctx, id, StateFailed, err.Error())
-				return store.Sandbox{}, err
-			}
-		}
-		if started, err = bk.Start(bctx, h); err != nil {
-			bk.Delete(bctx, h)
-			m.dropHandle(id)
-		} else {
-			h = started
-			m.setHandle(id, h)
-		}
-	}
+	h, err := m.boot(bctx, id, bk, spec, pol, bk.Start, "start failed: ")
 	if err != nil {
-		m.finish(bctx, id, StateFailed, "start failed: "+err.Error())
 		return store.Sandbox{}, fmt.Errorf("start sandbox: %w", err)
 	}
-	if !preNet { // else attached before Start
-		if err := m.attachNetwork(bctx, id, h, policyOf(store.Sandbox{Network: networkOf(req)})); err != nil {
-			bk.Delete(bctx, h)
-			m.dropHandle(id)
-			m.finish(bctx, id, StateFailed, err.Error())
-			return store.Sandbox{}, err
-		}
-	}
-
 	if tm.Start != nil {
 		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return bk.DialAgent(ctx, h) })
 		m.mu.Lock()

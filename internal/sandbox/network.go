@@ -35,6 +35,53 @@ func hasNetwork(b backend.Backend) bool {
 	return pider || netnser
 }
 
+// preNet asks, in spec, for a network namespace that the link is put in
+// before the start, when backend b's kernel reads its devices at boot and
+// policy p gives the sandbox a network.
+func preNet(b backend.Backend, spec *backend.Spec, p network.Policy) {
+	if _, ok := b.(NetNSer); ok && p.Mode != "" && p.Mode != network.ModeNone {
+		spec.Network, spec.ResolvConf = true, network.ResolvConf
+	}
+}
+
+// boot creates a recorded sandbox on b, starts it with start (Start, or
+// StartFrom for a fork) and gives it its network under p: before the start
+// when the spec asks for it (preNet), after it otherwise. On failure
+// nothing of the sandbox is left on the host and its record is failed, the
+// reason prefixed with why.
+func (m *Manager) boot(ctx context.Context, id string, b backend.Backend, spec backend.Spec, p network.Policy,
+	start func(context.Context, backend.Handle) (backend.Handle, error), why string) (backend.Handle, error) {
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		m.finish(ctx, id, StateFailed, why+err.Error())
+		return h, err
+	}
+	m.setHandle(id, h) // a kill during the boot finds it
+	fail := func(err error) (backend.Handle, error) {
+		b.Delete(ctx, h)
+		m.dropHandle(id)
+		m.finish(ctx, id, StateFailed, why+err.Error())
+		return h, err
+	}
+	if spec.Network {
+		if err := m.attachNetwork(ctx, id, h, p); err != nil {
+			return fail(err)
+		}
+	}
+	started, err := start(ctx, h)
+	if err != nil {
+		return fail(err)
+	}
+	h = started
+	m.setHandle(id, h)
+	if !spec.Network {
+		if err := m.attachNetwork(ctx, id, h, p); err != nil {
+			return fail(err)
+		}
+	}
+	return h, nil
+}
+
 // ErrNoNetwork is returned for network calls on a daemon or backend
 // without sandbox networking.
 var ErrNoNetwork = errors.New("sandbox networking is not available")
