@@ -55,6 +55,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
+	"github.com/warden-sandbox/warden/internal/image"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/secrets"
 	"github.com/warden-sandbox/warden/internal/store"
@@ -109,6 +110,10 @@ type Config struct {
 	// routes that need it answer 503.
 	Templates *template.Store
 	Builder   *build.Builder
+	// Images is the policy of image imports (registry imports, archives,
+	// Dockerfile FROM): the registries they may reach and their limits.
+	// Nil: internal/image's defaults.
+	Images *image.Policy
 	// Secrets is the secret store behind brokered credentials; SecretHooks
 	// hands new grants to running sandboxes. Nil Secrets: the routes 503.
 	Secrets     *secrets.Vault
@@ -117,6 +122,15 @@ type Config struct {
 	// path: requests for {port}-{sandbox id}.{PreviewDomain} are proxied
 	// to that port (see preview.go).
 	PreviewDomain string
+	// PerSandboxLabels keeps the sandbox id label of the series of
+	// collectors added with RegisterCollector; by default /metrics sums
+	// them over sandboxes.
+	PerSandboxLabels bool
+	// PreviewWebSocketsPerPort and PreviewWebSocketsPerClient cap the
+	// upgraded connections held through the preview proxy to one sandbox
+	// port and from one client address (0: no cap).
+	PreviewWebSocketsPerPort   int
+	PreviewWebSocketsPerClient int
 }
 
 // Server serves the Warden HTTP API.
@@ -137,6 +151,7 @@ type Server struct {
 	previewDomain string
 	ports         publicPorts
 	previewTr     *http.Transport
+	upgrades      upgradeSlots
 }
 
 // New builds a Server. Set the manager's OnEnd hook to SandboxEnded so that
@@ -173,11 +188,12 @@ func New(cfg Config) (*Server, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	m, err := newMetrics(reg, cfg.Manager)
+	m, err := newMetrics(reg, cfg.Manager, cfg.PerSandboxLabels)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
+	s.upgrades = upgradeSlots{perPort: cfg.PreviewWebSocketsPerPort, perClient: cfg.PreviewWebSocketsPerClient}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -185,9 +201,18 @@ func New(cfg Config) (*Server, error) {
 // Handler returns the API's HTTP handler, middleware included.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// RegisterCollector adds a collector to the registry /metrics serves.
+// RegisterCollector adds a collector to what /metrics serves. A label
+// "sandbox" of its series is summed away unless Config.PerSandboxLabels.
 func (s *Server) RegisterCollector(c prometheus.Collector) error {
-	return s.metrics.reg.Register(c)
+	return s.metrics.labelled.Register(c)
+}
+
+// MetricsHandler serves the metrics without authentication, for a
+// separate listener (metrics.listen) that the operator keeps private.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metrics.handler)
+	return mux
 }
 
 // SandboxEnded records that a sandbox reached a terminal state. It is meant
@@ -223,13 +248,14 @@ type route struct {
 	scope   auth.Scope // required scope; "" for none
 	public  bool       // no authentication (system routes, presigned URLs)
 	audited bool       // audit every call, not only denials
+	stream  bool       // streams an upload: the slower body allowance once authenticated
 	h       func(http.ResponseWriter, *http.Request) error
 }
 
 func (s *Server) routes() http.Handler {
 	rs := []route{
 		{pattern: "GET /healthz", public: true, h: s.health},
-		{pattern: "GET /metrics", public: true, h: s.serveMetrics},
+		{pattern: "GET /metrics", action: "metrics.read", scope: auth.ScopeMetricsRead, h: s.serveMetrics},
 		{pattern: "GET /v1/openapi.yaml", public: true, h: s.openAPI},
 
 		{pattern: "POST /v1/sandboxes", action: "sandbox.create", scope: auth.ScopeSandboxesCreate, audited: true, h: s.createSandbox},
@@ -247,7 +273,7 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, h: s.exec},
 		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, h: s.listProcesses},
 		{pattern: "GET /v1/sandboxes/{id}/processes/{pid}/stream", action: "process.stream", scope: auth.ScopeSandboxesExec, audited: true, h: s.streamProcess},
-		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", action: "process.stdin", scope: auth.ScopeSandboxesExec, audited: true, h: s.sendStdin},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", action: "process.stdin", scope: auth.ScopeSandboxesExec, audited: true, stream: true, h: s.sendStdin},
 		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/close-stdin", action: "process.close_stdin", scope: auth.ScopeSandboxesExec, audited: true, h: s.closeStdin},
 		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", action: "process.signal", scope: auth.ScopeSandboxesExec, audited: true, h: s.signal},
 		{pattern: "GET /v1/sandboxes/{id}/pty", action: "process.pty", scope: auth.ScopeSandboxesExec, audited: true, h: s.pty},
@@ -260,7 +286,7 @@ func (s *Server) routes() http.Handler {
 		{pattern: "DELETE /v1/sandboxes/{id}/code/contexts/{ctx}", action: "code.context_delete", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodDelete, "")},
 
 		{pattern: "GET /v1/sandboxes/{id}/files", action: "file.read", scope: auth.ScopeFilesRead, audited: true, h: s.readFile},
-		{pattern: "PUT /v1/sandboxes/{id}/files", action: "file.write", scope: auth.ScopeFilesWrite, audited: true, h: s.writeFile},
+		{pattern: "PUT /v1/sandboxes/{id}/files", action: "file.write", scope: auth.ScopeFilesWrite, audited: true, stream: true, h: s.writeFile},
 		{pattern: "DELETE /v1/sandboxes/{id}/files", action: "file.remove", scope: auth.ScopeFilesWrite, audited: true, h: s.removeFile},
 		{pattern: "GET /v1/sandboxes/{id}/fs/stat", action: "file.stat", scope: auth.ScopeFilesRead, audited: true, h: s.stat},
 		{pattern: "GET /v1/sandboxes/{id}/fs/list", action: "file.list", scope: auth.ScopeFilesRead, audited: true, h: s.listDir},
@@ -268,7 +294,7 @@ func (s *Server) routes() http.Handler {
 		{pattern: "POST /v1/sandboxes/{id}/fs/move", action: "file.move", scope: auth.ScopeFilesWrite, audited: true, h: s.move},
 		{pattern: "GET /v1/sandboxes/{id}/fs/watch", action: "file.watch", scope: auth.ScopeFilesRead, audited: true, h: s.watch},
 		{pattern: "GET /v1/sandboxes/{id}/archive", action: "archive.download", scope: auth.ScopeFilesRead, audited: true, h: s.downloadArchive},
-		{pattern: "PUT /v1/sandboxes/{id}/archive", action: "archive.upload", scope: auth.ScopeFilesWrite, audited: true, h: s.uploadArchive},
+		{pattern: "PUT /v1/sandboxes/{id}/archive", action: "archive.upload", scope: auth.ScopeFilesWrite, audited: true, stream: true, h: s.uploadArchive},
 		// The scope (files:read or files:write) depends on the body's op.
 		{pattern: "POST /v1/sandboxes/{id}/files/presign", action: "file.presign", audited: true, h: s.presign},
 		{pattern: "GET /v1/presigned/files", action: "file.presigned_read", public: true, audited: true, h: s.presignedRead},
@@ -291,8 +317,8 @@ func (s *Server) routes() http.Handler {
 		{pattern: "GET /v1/templates", action: "template.list", scope: auth.ScopeTemplatesRead, h: s.listTemplates},
 		{pattern: "GET /v1/templates/{name...}", action: "template.get", scope: auth.ScopeTemplatesRead, h: s.getTemplate},
 		{pattern: "DELETE /v1/templates/{name...}", action: "template.delete", scope: auth.ScopeTemplatesWrite, audited: true, h: s.deleteTemplate},
-		{pattern: "POST /v1/templates/build", action: "template.build", scope: auth.ScopeTemplatesWrite, audited: true, h: s.buildTemplate},
-		{pattern: "POST /v1/templates/import", action: "template.import", scope: auth.ScopeTemplatesWrite, audited: true, h: s.importTemplate},
+		{pattern: "POST /v1/templates/build", action: "template.build", scope: auth.ScopeTemplatesWrite, audited: true, stream: true, h: s.buildTemplate},
+		{pattern: "POST /v1/templates/import", action: "template.import", scope: auth.ScopeTemplatesWrite, audited: true, stream: true, h: s.importTemplate},
 		{pattern: "GET /v1/template-store/usage", action: "template.usage", scope: auth.ScopeTemplatesRead, h: s.templateUsage},
 		{pattern: "POST /v1/template-store/gc", action: "template.gc", scope: auth.ScopeTemplatesWrite, audited: true, h: s.templateGC},
 

@@ -11,6 +11,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/connguard"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -46,6 +47,9 @@ func (s *Server) serve(rt route) http.Handler {
 		st.action = rt.action
 		st.audited = rt.audited
 		err := s.authorize(rt, r)
+		if err == nil && st.ident != nil && rt.stream {
+			connguard.Relax(r)
+		}
 		if err == nil && st.ident != nil {
 			if ok, wait := s.limits.allow(st.principal); !ok {
 				err = rateLimited(w, wait)

@@ -111,6 +111,8 @@ func TestMalformedRequests(t *testing.T) {
 		{"unknown method", "PATCH", "/v1/sandboxes", "", agent, nil, 404, "not_found", ""},
 		{"dot segments in the URL", "GET", "/v1/sandboxes/../keys", "", agent, nil, 400, "bad_request", "not clean"},
 		{"NUL sandbox id", "GET", "/v1/sandboxes/%00", "", agent, nil, 404, "not_found", ""},
+		{"metrics without a key", "GET", "/metrics", "", none, nil, 401, "unauthenticated", ""},
+		{"metrics without the scope", "GET", "/metrics", "", agent, nil, 403, "forbidden", "metrics:read"},
 	}
 	keys := map[int]string{agent: env.aKey, admin: env.adminKey}
 	for _, tc := range cases {

@@ -4,18 +4,29 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
 // metrics are the API's Prometheus metrics.
+//
+// GET /metrics needs the metrics:read scope: it is daemon-wide. Collectors
+// whose series carry a sandbox id (RegisterCollector, the network's) go to
+// a registry of their own, summed over the "sandbox" label at scrape time
+// unless Config.PerSandboxLabels, so that a metrics reader does not learn
+// every tenant's sandbox ids.
 type metrics struct {
 	reg      *prometheus.Registry
+	labelled *prometheus.Registry     // collectors with a sandbox label
 	requests *prometheus.CounterVec   // route, code
 	latency  *prometheus.HistogramVec // route
 	created  *prometheus.CounterVec   // outcome
@@ -24,9 +35,9 @@ type metrics struct {
 	handler  http.Handler
 }
 
-func newMetrics(reg *prometheus.Registry, mgr *sandbox.Manager) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, mgr *sandbox.Manager, perSandbox bool) (*metrics, error) {
 	m := &metrics{
-		reg: reg,
+		reg: reg, labelled: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warden_http_requests_total",
 			Help: "HTTP requests by route pattern and status code.",
@@ -55,8 +66,81 @@ func newMetrics(reg *prometheus.Registry, mgr *sandbox.Manager) (*metrics, error
 			return nil, fmt.Errorf("register api metrics: %w", err)
 		}
 	}
-	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	var labelled prometheus.Gatherer = m.labelled
+	if !perSandbox {
+		labelled = dropLabel{g: m.labelled, label: "sandbox"}
+	}
+	m.handler = promhttp.HandlerFor(prometheus.Gatherers{reg, labelled}, promhttp.HandlerOpts{})
 	return m, nil
+}
+
+// dropLabel gathers g with one label removed, summing the series that then
+// coincide (counters, gauges, untyped values and histograms; a summary's
+// quantiles cannot be summed, so its series are dropped).
+type dropLabel struct {
+	g     prometheus.Gatherer
+	label string
+}
+
+func (d dropLabel) Gather() ([]*dto.MetricFamily, error) {
+	fams, err := d.g.Gather()
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, f := range fams {
+		if f.GetType() == dto.MetricType_SUMMARY {
+			continue
+		}
+		var keys []string
+		sums := map[string]*dto.Metric{}
+		for _, m := range f.GetMetric() {
+			labels := slices.DeleteFunc(slices.Clone(m.GetLabel()), func(l *dto.LabelPair) bool { return l.GetName() == d.label })
+			var kb strings.Builder
+			for _, l := range labels {
+				kb.WriteString(l.GetName() + "\xff" + l.GetValue() + "\xff")
+			}
+			k := kb.String()
+			acc, ok := sums[k]
+			if !ok {
+				acc = proto.Clone(m).(*dto.Metric)
+				acc.Label = labels
+				acc.TimestampMs = nil
+				sums[k] = acc
+				keys = append(keys, k)
+				continue
+			}
+			addMetric(acc, m)
+		}
+		nf := &dto.MetricFamily{Name: f.Name, Help: f.Help, Type: f.Type, Unit: f.Unit}
+		for _, k := range keys {
+			nf.Metric = append(nf.Metric, sums[k])
+		}
+		out = append(out, nf)
+	}
+	return out, err
+}
+
+// addMetric adds m's value into acc (same type).
+func addMetric(acc, m *dto.Metric) {
+	switch {
+	case acc.Counter != nil && m.Counter != nil:
+		acc.Counter.Value = proto.Float64(acc.Counter.GetValue() + m.Counter.GetValue())
+		acc.Counter.CreatedTimestamp = nil
+		acc.Counter.Exemplar = nil
+	case acc.Gauge != nil && m.Gauge != nil:
+		acc.Gauge.Value = proto.Float64(acc.Gauge.GetValue() + m.Gauge.GetValue())
+	case acc.Untyped != nil && m.Untyped != nil:
+		acc.Untyped.Value = proto.Float64(acc.Untyped.GetValue() + m.Untyped.GetValue())
+	case acc.Histogram != nil && m.Histogram != nil:
+		h, o := acc.Histogram, m.Histogram
+		h.SampleCount = proto.Uint64(h.GetSampleCount() + o.GetSampleCount())
+		h.SampleSum = proto.Float64(h.GetSampleSum() + o.GetSampleSum())
+		h.CreatedTimestamp = nil
+		for i, b := range h.GetBucket() {
+			if i < len(o.GetBucket()) && o.Bucket[i].GetUpperBound() == b.GetUpperBound() {
+				b.CumulativeCount = proto.Uint64(b.GetCumulativeCount() + o.Bucket[i].GetCumulativeCount())
+			}
+			b.Exemplar = nil
+		}
+	}
 }
 
 // liveCollector reports warden_sandboxes{state} for the live states, read

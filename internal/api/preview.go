@@ -25,11 +25,21 @@ package api
 //     own links and requests keep working. A token is
 //     "<expires>.<base64url HMAC-SHA256(presign key, "preview|" id "|" port "|" expires)>".
 //
-// The credentials are the daemon's: the API key (when it was one), the
-// token parameter and the cookie are removed before the request reaches
-// the program. Which ports are public is kept in memory (publicPorts),
-// forgotten when the sandbox ends and when the daemon restarts: every port
-// is private again after a restart.
+// The credentials are the daemon's and never reach the program
+// (stripCredentials): every Authorization value carrying a Warden API key
+// (in any of its repetitions, whichever was used), Proxy-Authorization, the
+// X-API-Key values carrying one and X-Access-Token (the E2B API's
+// credentials), the token parameter and the cookie, however their names
+// are spelled (case, "_" for "-"). The program's own Authorization (Basic,
+// or a bearer token that is not a Warden key) passes through.
+//
+// Upgraded connections (WebSockets) held through the proxy are capped per
+// sandbox port and per client address (upgradeSlots): over a cap the
+// upgrade is refused before it reaches the program.
+//
+// Which ports are public is kept in memory (publicPorts), forgotten when
+// the sandbox ends and when the daemon restarts: every port is private
+// again after a restart.
 
 import (
 	"bufio"
@@ -43,6 +53,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +62,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/connguard"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -275,6 +287,7 @@ func (s *Server) authorizePreview(r *http.Request, t previewTarget) (string, err
 		if _, err := s.sandboxFor(r, t.id); err != nil {
 			return "", err
 		}
+		connguard.Relax(r) // an authenticated upload may stream slowly
 		return "key", nil
 	}
 	if tok := r.URL.Query().Get(PreviewTokenParam); tok != "" {
@@ -324,6 +337,14 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, t previewTarg
 		http.SetCookie(w, c)
 	}
 
+	if isUpgrade(r.Header) {
+		release, err := s.upgrades.acquire(w, t.id+":"+strconv.Itoa(t.port), connguard.ClientBucket(r.RemoteAddr))
+		if err != nil {
+			return err
+		}
+		defer release() // the proxy returns when the upgraded connection ends
+	}
+
 	pw := &previewWriter{ResponseWriter: w}
 	var perr error
 	rp := &httputil.ReverseProxy{
@@ -343,10 +364,7 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, t previewTarg
 			if t.prefix != "" {
 				out.Header.Set("X-Forwarded-Prefix", t.prefix)
 			}
-			if isWardenKey(out.Header.Get("Authorization")) {
-				out.Header.Del("Authorization")
-			}
-			dropCookie(out.Header, PreviewCookie)
+			stripCredentials(out.Header)
 		},
 		Transport:     s.previewTr,
 		FlushInterval: -1,
@@ -385,8 +403,8 @@ func previewError(err error, t previewTarget) error {
 	return apierr.Wrap(apierr.CodeBadGateway, fmt.Sprintf("port %d of sandbox %s did not answer with HTTP", t.port, t.id), err)
 }
 
-// dropQueryParam removes name (however its key is escaped) from a raw
-// query without re-encoding the rest.
+// dropQueryParam removes name (however its key is escaped or its letters
+// cased) from a raw query without re-encoding the rest.
 func dropQueryParam(raw, name string) string {
 	if raw == "" {
 		return raw
@@ -395,7 +413,7 @@ func dropQueryParam(raw, name string) string {
 	kept := parts[:0]
 	for _, p := range parts {
 		k, _, _ := strings.Cut(p, "=")
-		if uk, err := url.QueryUnescape(k); err == nil && uk == name {
+		if uk, err := url.QueryUnescape(k); err == nil && strings.EqualFold(uk, name) {
 			continue
 		}
 		kept = append(kept, p)
@@ -403,14 +421,14 @@ func dropQueryParam(raw, name string) string {
 	return strings.Join(kept, "&")
 }
 
-// dropCookie removes the cookie called name from the Cookie headers,
-// leaving the others byte for byte.
+// dropCookie removes the cookie called name (in any case, with spaces
+// around it) from the Cookie headers, leaving the others byte for byte.
 func dropCookie(h http.Header, name string) {
 	var out []string
 	for _, line := range h.Values("Cookie") {
 		var kept []string
 		for _, c := range strings.Split(line, ";") {
-			if k, _, _ := strings.Cut(strings.TrimSpace(c), "="); k == name {
+			if k, _, _ := strings.Cut(strings.TrimSpace(c), "="); strings.EqualFold(strings.TrimSpace(k), name) {
 				continue
 			}
 			kept = append(kept, strings.TrimSpace(c))
@@ -423,6 +441,87 @@ func dropCookie(h http.Header, name string) {
 	for _, v := range out {
 		h.Add("Cookie", v)
 	}
+}
+
+// stripCredentials removes from h, before it goes to a sandbox's program,
+// the credentials the daemon consumes, in all their repetitions and
+// spellings: header names compare case-insensitively and with "_" as "-"
+// (CGI-style servers read X_API_KEY as X-API-Key).
+func stripCredentials(h http.Header) {
+	for name, vs := range h {
+		switch strings.ReplaceAll(strings.ToLower(name), "_", "-") {
+		case "authorization", "x-api-key":
+			kept := slices.DeleteFunc(slices.Clone(vs), carriesWardenKey)
+			if len(kept) == 0 {
+				delete(h, name)
+			} else {
+				h[name] = kept
+			}
+		case "proxy-authorization", "x-access-token":
+			delete(h, name)
+		}
+	}
+	dropCookie(h, PreviewCookie)
+}
+
+// carriesWardenKey reports whether a header value holds a Warden API key,
+// whatever the scheme or spacing around it.
+func carriesWardenKey(v string) bool { return strings.Contains(v, auth.KeyPrefix) }
+
+// isUpgrade reports whether a request asks to switch protocols (as
+// httputil.ReverseProxy decides it: Connection has the token "upgrade").
+func isUpgrade(h http.Header) bool {
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return h.Get("Upgrade") != ""
+			}
+		}
+	}
+	return false
+}
+
+// upgradeSlots counts the upgraded connections held through the preview
+// proxy, per sandbox port and per client address.
+type upgradeSlots struct {
+	perPort, perClient int // 0: no cap
+
+	mu       sync.Mutex
+	byPort   map[string]int
+	byClient map[string]int
+}
+
+// acquire takes a slot for an upgrade to port from client, or refuses it:
+// 429 rate_limited over the client's cap, 503 unavailable over the port's.
+func (u *upgradeSlots) acquire(w http.ResponseWriter, port, client string) (func(), error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.perClient > 0 && u.byClient[client] >= u.perClient:
+		w.Header().Set("Retry-After", "1")
+		return nil, apierr.New(apierr.CodeRateLimited, fmt.Sprintf("too many upgraded connections from your address (the limit is %d); close some and retry", u.perClient))
+	case u.perPort > 0 && u.byPort[port] >= u.perPort:
+		w.Header().Set("Retry-After", "1")
+		return nil, apierr.New(apierr.CodeUnavailable, fmt.Sprintf("too many upgraded connections to this port (the limit is %d); retry later", u.perPort))
+	}
+	if u.byPort == nil {
+		u.byPort, u.byClient = map[string]int{}, map[string]int{}
+	}
+	u.byPort[port]++
+	u.byClient[client]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			if u.byPort[port]--; u.byPort[port] <= 0 {
+				delete(u.byPort, port)
+			}
+			if u.byClient[client]--; u.byClient[client] <= 0 {
+				delete(u.byClient, client)
+			}
+		})
+	}, nil
 }
 
 // previewWriter notes a hijack (a WebSocket or other upgrade taking over

@@ -202,7 +202,7 @@ func TestMetrics(t *testing.T) {
 	if err := env.a.KillSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	m := getRaw(t, "", "/metrics")
+	m := getRaw(t, env.adminKey, "/metrics")
 	for _, want := range []string{
 		`warden_http_requests_total{code="200",route="GET /v1/sandboxes/{id}"}`,
 		`warden_http_request_duration_seconds_bucket{route="GET /v1/sandboxes/{id}"`,

@@ -17,6 +17,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agent/files"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/image"
@@ -50,6 +51,25 @@ type templateEvent struct {
 	// result
 	Template *template.Info `json:"template,omitempty"`
 	Build    *build.Result  `json:"build,omitempty"`
+}
+
+// templateActor is the caller, as the template store's ownership checks
+// see it: its principal, and whether its key holds the admin scope.
+func templateActor(r *http.Request) template.Actor {
+	st := stateOf(r)
+	a := template.Actor{Principal: st.principal}
+	if st.ident != nil {
+		a.Admin = st.ident.Has(auth.ScopeAdmin)
+	}
+	return a
+}
+
+// tagDenied turns a refused tag change into a 403 audited as a denial.
+func tagDenied(err error) error {
+	if errors.Is(err, template.ErrNotOwner) {
+		return deny(apierr.Wrap(apierr.CodeForbidden, err.Error(), err))
+	}
+	return err
 }
 
 func (s *Server) templateStore() (*template.Store, error) {
@@ -94,15 +114,18 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := r.PathValue("name")
-	stateOf(r).target = name
-	id, err := ts.Remove(name)
+	st := stateOf(r)
+	st.target = name
+	id, err := ts.Remove(name, templateActor(r))
 	if errors.Is(err, template.ErrUnknown) {
 		return notFoundf("template %s not found", name)
 	}
 	if err != nil {
-		return err
+		return tagDenied(err)
 	}
-	stateOf(r).detail["id"] = id
+	// The tag's change: from old_id to nothing (id kept for older readers).
+	st.detail["id"] = id
+	st.detail["old_id"] = id
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -131,8 +154,19 @@ func (s *Server) templateGC(w http.ResponseWriter, r *http.Request) error {
 	st := stateOf(r)
 	st.detail["layers_removed"] = fmt.Sprint(rep.Layers)
 	st.detail["bytes_freed"] = fmt.Sprint(rep.Bytes)
+	if n := len(rep.RemovedManifests); n > 0 {
+		st.detail["manifests_removed"] = fmt.Sprint(n)
+		ids := rep.RemovedManifests
+		if n > maxAuditIDs {
+			ids = ids[:maxAuditIDs]
+		}
+		st.detail["removed_ids"] = ids
+	}
 	return writeJSON(w, http.StatusOK, rep)
 }
+
+// maxAuditIDs bounds the template ids one GC's audit event lists.
+const maxAuditIDs = 100
 
 // spool copies a request body to a file under the store's tmp directory.
 func spool(ts *template.Store, r io.Reader, name string, limit int64) (string, func(), error) {
@@ -203,7 +237,7 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 		opts := image.RegistryOptions{Username: q.Username, Password: q.Password, Token: q.Token, Insecure: q.Insecure, Platform: q.Platform}
 		ref := *q.Image
 		img = func(ctx context.Context) (imageSource, error) {
-			i, err := image.FromRegistry(ctx, ref, opts)
+			i, err := s.cfg.Images.FromRegistry(ctx, ref, opts)
 			return imageSource{img: i}, err
 		}
 	case strings.HasPrefix(ct, "application/x-tar"), strings.HasPrefix(ct, "application/octet-stream"):
@@ -215,6 +249,10 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 		}
 		if _, _, err := template.ParseName(name); err != nil {
 			return err
+		}
+		st.target = name
+		if err := ts.CheckTag(name, templateActor(r)); err != nil {
+			return tagDenied(err)
 		}
 		path, done, err := spool(ts, r.Body, "image.tar", maxContextBytes)
 		if err != nil {
@@ -249,29 +287,37 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 	}
 	st.target = name
 	st.detail["source"] = source
+	by := templateActor(r)
+	if err := ts.CheckTag(name, by); err != nil {
+		return tagDenied(err)
+	}
 	unpin := ts.Pin()
 	defer unpin()
 	src, err := img(r.Context())
 	if err != nil {
-		return apierr.Validation("open image: %v", err)
+		return imageError("open image", err)
 	}
 	if src.cleanup != nil {
 		defer src.cleanup()
 	}
 	out := startNDJSON(w)
-	res, err := image.Import(r.Context(), src.img, ts, func(p image.Progress) {
+	res, err := s.cfg.Images.Import(r.Context(), src.img, ts, func(p image.Progress) {
 		out.send(templateEvent{Type: "progress", Phase: p.Phase, Layer: p.Layer, Index: p.Index, Count: p.Count, Current: p.Current, Total: p.Total, Cached: p.Cached})
 	})
 	if err != nil {
-		return out.fail(apierr.Validation("import: %v", err))
+		return out.fail(imageError("import", err))
 	}
 	m := template.FromImage(res, source+"@"+res.Digest, useCmd)
 	id, err := ts.PutManifest(m)
+	var old string
 	if err == nil {
-		err = ts.Tag(name, id)
+		old, err = ts.Tag(name, id, by)
 	}
 	if err != nil {
-		return out.fail(err)
+		return out.fail(tagDenied(err))
+	}
+	if old != "" {
+		st.detail["old_id"] = old
 	}
 	in, err := ts.Inspect(name)
 	if err != nil {
@@ -310,6 +356,10 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	}
 	st := stateOf(r)
 	st.target = name
+	by := templateActor(r)
+	if err := ts.CheckTag(name, by); err != nil {
+		return tagDenied(err)
+	}
 	dfPath := q.Get("dockerfile")
 	if dfPath == "" {
 		dfPath = "Dockerfile"
@@ -374,18 +424,25 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return apierr.Validation("dockerfile %q: %v", dfPath, err)
 	}
+	if err := s.checkFromRefs(ts, df, q.Get("insecure_registry") == "true"); err != nil {
+		return err
+	}
 	out := startNDJSON(w)
 	res, err := s.cfg.Builder.Build(r.Context(), build.Request{
 		Dockerfile: df, Context: dir, Name: name, Args: args, NoCache: q.Get("no_cache") == "true", Limits: lim,
 		Registry: image.RegistryOptions{Insecure: q.Get("insecure_registry") == "true"},
 		Network:  netp,
+		By:       by,
 	}, func(ev build.Event) {
 		out.send(templateEvent{Type: ev.Type, Step: ev.Step, Steps: ev.Steps, Line: ev.Line, Text: ev.Text, Stream: ev.Stream})
 	})
 	if err != nil {
-		return out.fail(err)
+		return out.fail(tagDenied(err))
 	}
 	st.detail["id"] = res.ID
+	if res.OldID != "" {
+		st.detail["old_id"] = res.OldID
+	}
 	st.detail["cache_hits"] = fmt.Sprint(res.CacheHits)
 	s.commitAudit(r, audit.OutcomeSuccess)
 	return out.send(templateEvent{Type: "result", Build: &res})

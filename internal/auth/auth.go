@@ -210,6 +210,33 @@ func (a *Authenticator) RevokeKey(ctx context.Context, id string) (store.APIKey,
 	return k, nil
 }
 
+// CheckKey reports whether the key with this ID may still act: nil when
+// it exists, is not revoked and its principal exists; an error wrapping
+// ErrInvalidKey or ErrRevoked when not; a store failure otherwise. Like
+// Authenticate it reads the store on every call (no cache), so credentials
+// derived from a key (E2B envd tokens) die with it at once.
+func (a *Authenticator) CheckKey(ctx context.Context, id string) error {
+	if id == "" {
+		return ErrInvalidKey
+	}
+	rec, err := a.st.GetKeyByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrInvalidKey
+	}
+	if err != nil {
+		return fmt.Errorf("check key: %w", err)
+	}
+	if !rec.RevokedAt.IsZero() {
+		return ErrRevoked
+	}
+	if _, err := a.st.GetPrincipal(ctx, rec.PrincipalID); errors.Is(err, store.ErrNotFound) {
+		return ErrInvalidKey
+	} else if err != nil {
+		return fmt.Errorf("check key: %w", err)
+	}
+	return nil
+}
+
 func newPrincipal(kind, name, createdBy string, now time.Time) (store.Principal, error) {
 	if kind != store.PrincipalUser && kind != store.PrincipalAgent {
 		return store.Principal{}, fmt.Errorf("create principal: kind %q: want user or agent", kind)

@@ -245,8 +245,8 @@ func TestScopes(t *testing.T) {
 		t.Error("no scopes but Has")
 	}
 
-	if len(auth.AllScopes()) != 14 || !auth.ScopeTemplatesRead.Valid() || !auth.ScopeSecretsWrite.Valid() {
-		t.Errorf("AllScopes has %d scopes (%v), want 14 with the templates and secrets scopes", len(auth.AllScopes()), auth.AllScopes())
+	if len(auth.AllScopes()) != 15 || !auth.ScopeTemplatesRead.Valid() || !auth.ScopeSecretsWrite.Valid() || !auth.ScopeMetricsRead.Valid() {
+		t.Errorf("AllScopes has %d scopes (%v), want 15 with the templates, secrets and metrics scopes", len(auth.AllScopes()), auth.AllScopes())
 	}
 	got, err := auth.ParseScopes([]string{"files:read", "admin", "files:read"})
 	if err != nil || len(got) != 2 || got[0] != auth.ScopeFilesRead || got[1] != auth.ScopeAdmin {
@@ -417,6 +417,31 @@ func BenchmarkAuthenticate(b *testing.B) {
 	for b.Loop() {
 		if _, err := a.Authenticate(ctx, header); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestCheckKey: CheckKey follows the key's state with no cache: valid,
+// then revoked the moment it is; unknown and empty IDs are invalid.
+func TestCheckKey(t *testing.T) {
+	_, a, _, p := setup(t)
+	ctx := t.Context()
+	_, rec, err := a.IssueKey(ctx, p.ID, "e2b", []auth.Scope{auth.ScopeSandboxesExec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckKey(ctx, rec.ID); err != nil {
+		t.Fatalf("valid key: %v", err)
+	}
+	if _, err := a.RevokeKey(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckKey(ctx, rec.ID); !errors.Is(err, auth.ErrRevoked) {
+		t.Errorf("revoked key: got %v, want ErrRevoked", err)
+	}
+	for _, id := range []string{"", "zzzzzzzz"} {
+		if err := a.CheckKey(ctx, id); !errors.Is(err, auth.ErrInvalidKey) {
+			t.Errorf("key %q: got %v, want ErrInvalidKey", id, err)
 		}
 	}
 }

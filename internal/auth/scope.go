@@ -21,18 +21,21 @@ const (
 	ScopeFilesWrite   Scope = "files:write"
 	ScopeKeysManage   Scope = "keys:manage"
 	ScopeAuditRead    Scope = "audit:read"
-	// Templates are shared by every principal of the daemon.
+	// Every principal may read and boot every template; a tag is changed
+	// only by the principal that created it, or with ScopeAdmin.
 	ScopeTemplatesRead  Scope = "templates:read"
 	ScopeTemplatesWrite Scope = "templates:write"
 	// Secrets: each principal manages its own (admin: all).
 	ScopeSecretsRead  Scope = "secrets:read"
 	ScopeSecretsWrite Scope = "secrets:write"
-	ScopeAdmin        Scope = "admin"
+	// ScopeMetricsRead reads GET /metrics (daemon-wide figures).
+	ScopeMetricsRead Scope = "metrics:read"
+	ScopeAdmin       Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
-	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeAdmin,
+	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead, ScopeAdmin,
 }
 
 // AllScopes returns every defined scope, in documentation order.

@@ -658,7 +658,7 @@ func (c *conn) copyRequestBody(req *request, up io.Writer) error {
 	return err
 }
 
-// scrubHead scrubs header values and the reason phrase.
+// scrubHead scrubs the reason phrase and header lines, names included.
 func scrubHead(h *msgHead, set *scrubSet) {
 	if proto, rest, ok := strings.Cut(string(h.first), " "); ok {
 		if code, reason, ok := strings.Cut(rest, " "); ok {
@@ -666,13 +666,60 @@ func scrubHead(h *msgHead, set *scrubSet) {
 		}
 	}
 	for _, l := range h.lines {
-		if strings.EqualFold(l.name, "Content-Length") || strings.EqualFold(l.name, "Transfer-Encoding") {
+		if l.dropped || strings.EqualFold(l.name, "Content-Length") || strings.EqualFold(l.name, "Transfer-Encoding") {
 			continue // framing, not content (and dropped where a body follows)
 		}
-		if v := string(set.scrub([]byte(l.value))); v != l.value {
-			l.value, l.modified = v, true
+		name, value, ok := scrubField(set, l.name, l.value)
+		switch {
+		case !ok:
+			l.dropped = true
+		case name != l.name || value != l.value:
+			l.name, l.value, l.modified = name, value, true
 		}
 	}
+}
+
+// scrubFold replaces the patterns in a field name, ignoring ASCII case:
+// names are case-insensitive, and servers and clients rewrite their case
+// (Go canonicalizes "x-sk-live-abc" to "X-Sk-Live-Abc"), so a value with
+// its case changed must not pass.
+func (set *scrubSet) scrubFold(name string) string {
+	for range 64 { // bounded: each round replaces one occurrence
+		lower := strings.ToLower(name)
+		at, pi := -1, -1
+		for i, p := range set.pats {
+			j := strings.Index(lower, strings.ToLower(string(p.pat)))
+			if j >= 0 && (at < 0 || j < at || j == at && len(p.pat) > len(set.pats[pi].pat)) {
+				at, pi = j, i
+			}
+		}
+		if at < 0 {
+			return name
+		}
+		name = name[:at] + string(set.pats[pi].rep) + name[at+len(set.pats[pi].pat):]
+	}
+	return "" // not a token: the field is dropped
+}
+
+// scrubField scrubs a header or trailer field, its name (in any case) as
+// well as its value. A field is kept (ok) only if what goes on the wire,
+// "name: value", holds no pattern in any case and the name is still a
+// token: a value that spans the separator, or one sent back in another
+// case (hex keys read the same), drops the field.
+func scrubField(set *scrubSet, name, value string) (string, string, bool) {
+	if set.maxLen == 0 {
+		return name, value, true
+	}
+	n := set.scrubFold(name)
+	v := string(set.scrub([]byte(value)))
+	if !isToken([]byte(n)) {
+		return "", "", false
+	}
+	line := n + ": " + v
+	if string(set.scrub([]byte(line))) != line || set.scrubFold(line) != line {
+		return "", "", false
+	}
+	return n, v, true
 }
 
 func (c *conn) relayResponse(req *request) (keep bool, err error) {
@@ -784,7 +831,9 @@ func (c *conn) relayBody(req *request, resp *response, pats *scrubSet) error {
 	if chunked {
 		c.cw.WriteString("0\r\n")
 		for _, t := range trailers {
-			fmt.Fprintf(c.cw, "%s: %s\r\n", t.name, pats.scrub([]byte(t.value)))
+			if name, value, ok := scrubField(pats, t.name, t.value); ok {
+				fmt.Fprintf(c.cw, "%s: %s\r\n", name, value)
+			}
 		}
 		c.cw.WriteString("\r\n")
 	}

@@ -752,3 +752,64 @@ func TestUpgradeTunnel(t *testing.T) {
 		t.Fatalf("echo %q %v", line, err)
 	}
 }
+
+// An upstream that puts the secret into header names and trailer names
+// (not only values): the sandbox sees the placeholder there, or no such
+// field at all, never the value.
+func TestScrubHeaderAndTrailerNames(t *testing.T) {
+	e := newEnv(t)
+	sec := e.put("k", secretV1)
+	g := e.grant(secrets.Grant{SecretID: sec.ID, Sandbox: "sb-1", Hosts: []string{apiHost}})
+	ph := g.Placeholder
+	rec := &recorder{}
+	target, _ := e.upstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(seen{Auth: r.Header.Get("Authorization")})
+		token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		w.Header().Set("X-Leak-"+token, "1")
+		w.Header().Set("Trailer", "X-Trail-"+token)
+		w.WriteHeader(200)
+		io.WriteString(w, "body")
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Trail-"+token, "t")
+	}), apiHost)
+	c, _ := e.client("sb-1", "", target, []string{apiHost}, e.sandboxRoots("sb-1"))
+	resp, body := do(t, c, "GET", "https://"+apiHost+"/", "Bearer "+ph, "")
+	if rec.last(t).Auth != "Bearer "+secretV1 {
+		t.Fatalf("upstream got %q, want the secret", rec.last(t).Auth)
+	}
+	var hdrs strings.Builder
+	resp.Header.Write(&hdrs)
+	resp.Trailer.Write(&hdrs)
+	// Names are case-insensitive (Go's server canonicalizes them): no form
+	// of the secret in any case.
+	assertNoSecret(t, "response header and trailer names", strings.ToLower(hdrs.String()), strings.ToLower(secretV1))
+	if resp.Header.Get("X-Leak-"+ph) != "1" || body != "body" {
+		t.Fatalf("want the header renamed to the placeholder: %q %q", hdrs.String(), body)
+	}
+	if resp.Trailer.Get("X-Trail-"+ph) != "t" {
+		t.Fatalf("want the trailer renamed to the placeholder: %q", hdrs.String())
+	}
+}
+
+// scrubField: names match in any case; a field whose wire line
+// "name: value" spells a value (with a ": " in it, or in another case) is
+// dropped.
+func TestScrubField(t *testing.T) {
+	set := newScrubSet([]scrubPattern{
+		{pat: []byte("user: hunter22"), rep: []byte("warden-ph-a")},
+		{pat: []byte("tok-abcdef"), rep: []byte("warden-ph-b")},
+	})
+	for _, c := range []struct{ name, value, wantName, wantValue string }{
+		{"X-User", "hunter22", "", ""},                  // the line spells the first value
+		{"X-Tok-ABCDEF-x", "v", "X-warden-ph-b-x", "v"}, // any case in a name
+		{"X-A", "tok-abcdef", "X-A", "warden-ph-b"},     // the value, as before
+		{"X-A", "TOK-ABCDEF", "", ""},                   // a value in another case: dropped
+		{"Plain", "value", "Plain", "value"},            // untouched
+		{"X-user: hunter22", "v", "X-warden-ph-a", "v"}, // a name holding the whole value
+	} {
+		n, v, ok := scrubField(set, c.name, c.value)
+		if ok != (c.wantName != "") || n != c.wantName || v != c.wantValue {
+			t.Errorf("scrubField(%q, %q) = %q, %q, %v; want %q, %q", c.name, c.value, n, v, ok, c.wantName, c.wantValue)
+		}
+	}
+}

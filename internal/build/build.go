@@ -16,6 +16,13 @@
 // is in the store's cache reuses the layers it made before, so an unchanged
 // prefix of a Dockerfile rebuilds without running anything.
 //
+// The cache is private to each principal: every stage's chain of keys
+// starts from a scope, HMAC-SHA256(daemon build-cache key, principal id), so
+// one principal never gets a hit on (and so can never confirm) another's
+// steps, build arguments, Dockerfile text or copied files, and the layer
+// ids derived from the keys cannot be guessed offline without the daemon's
+// key (cacheScope).
+//
 // Build sandboxes are ordinary sandboxes with two differences: their
 // writable layer is captured, and root keeps a small set of capabilities
 // inside the sandbox's user namespace (buildCaps), so package managers can
@@ -29,6 +36,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,12 +50,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/image"
 	"github.com/warden-sandbox/warden/internal/network"
+	"github.com/warden-sandbox/warden/internal/safefile"
 	"github.com/warden-sandbox/warden/internal/template"
 	"github.com/warden-sandbox/warden/internal/template/dockerfile"
 )
@@ -69,6 +79,41 @@ type Builder struct {
 	// Net, if set, gives build sandboxes the network a build asks for
 	// (Request.Network); without it builds have loopback only.
 	Net *network.Manager
+	// Images is the policy of FROM pulls (registries, import limits);
+	// nil is internal/image's default.
+	Images *image.Policy
+	// CacheKey keys the per-principal scopes of the build cache
+	// (cacheScope). If nil, it is read from CacheKeyFile in the store's
+	// directory, created there on first use.
+	CacheKey []byte
+
+	cacheKeyOnce sync.Once
+	cacheKeyErr  error
+}
+
+// CacheKeyFile is the file, in the template store's directory, holding the
+// key of the build cache's per-principal scopes (32 bytes in hex, mode 0600).
+const CacheKeyFile = "build-cache.key"
+
+// cacheScope returns the scope of principal's build cache entries: the
+// HMAC-SHA256, under the daemon's build-cache key, of the principal id.
+// Each stage's chain of step keys starts from it.
+func (b *Builder) cacheScope(principal string) (string, error) {
+	b.cacheKeyOnce.Do(func() {
+		if b.CacheKey != nil {
+			return
+		}
+		b.CacheKey, b.cacheKeyErr = safefile.LoadOrCreateKey(filepath.Join(b.Store.Root(), CacheKeyFile), 32)
+		if b.cacheKeyErr != nil {
+			b.cacheKeyErr = fmt.Errorf("build cache key: %w", b.cacheKeyErr)
+		}
+	})
+	if b.cacheKeyErr != nil {
+		return "", b.cacheKeyErr
+	}
+	m := hmac.New(sha256.New, b.CacheKey)
+	fmt.Fprintf(m, "warden build cache scope v1\x00%s", principal)
+	return hex.EncodeToString(m.Sum(nil)), nil
 }
 
 // attachNetwork gives a build sandbox its network link.
@@ -102,6 +147,10 @@ type Request struct {
 	// Network of the RUN steps' sandboxes; nil is none (loopback only). It
 	// is part of each step's cache key only through what the step wrote.
 	Network *network.Policy
+	// By is who builds: the tag is written on its behalf, so a tag owned
+	// by another principal is refused (template.ErrNotOwner). The build
+	// cache is scoped to By.Principal (see the package comment).
+	By template.Actor
 }
 
 // Event is one line of build progress.
@@ -123,10 +172,14 @@ type Result struct {
 	Executed  int      `json:"executed"`
 	Layers    int      `json:"layers"`
 	Warnings  []string `json:"warnings,omitempty"`
+	// OldID is the template id the name pointed at before ("" if it was
+	// new), for the audit log.
+	OldID string `json:"-"`
 }
 
 // state is what the steps so far have made.
 type state struct {
+	scope      string // the principal's cache scope (cacheScope)
 	key        string
 	layers     []template.LayerRef // top-first per target
 	env        map[string]string
@@ -168,6 +221,11 @@ func (b *Builder) Build(ctx context.Context, req Request, emit func(Event)) (Res
 	if _, _, err := template.ParseName(req.Name); err != nil {
 		return res, fmt.Errorf("%w: %w", ErrBuild, err)
 	}
+	// Refuse a tag the builder may not write before running anything; Tag
+	// checks again when it writes.
+	if err := b.Store.CheckTag(req.Name, req.By); err != nil {
+		return res, err
+	}
 	df, err := dockerfile.Parse(bytes.NewReader(req.Dockerfile))
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrBuild, err)
@@ -176,9 +234,13 @@ func (b *Builder) Build(ctx context.Context, req Request, emit func(Event)) (Res
 	for _, w := range df.Warnings {
 		emit(Event{Type: "log", Stream: "stderr", Text: "warning: " + w})
 	}
+	scope, err := b.cacheScope(req.By.Principal)
+	if err != nil {
+		return res, err
+	}
 	defer b.Store.Pin()()
 
-	st := &state{env: map[string]string{}, args: map[string]string{}, labels: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
+	st := &state{scope: scope, env: map[string]string{}, args: map[string]string{}, labels: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
 	global := map[string]string{}
 	for _, a := range df.Args {
 		if v, ok := req.Args[a.Name]; ok {
@@ -229,9 +291,11 @@ func (b *Builder) Build(ctx context.Context, req Request, emit func(Event)) (Res
 	if err != nil {
 		return res, err
 	}
-	if err := b.Store.Tag(req.Name, id); err != nil {
+	old, err := b.Store.Tag(req.Name, id, req.By)
+	if err != nil {
 		return res, err
 	}
+	res.OldID = old
 	res.Name, res.ID, res.Layers = req.Name, id, len(st.layers)
 	emit(Event{Type: "done", Text: fmt.Sprintf("built %s (%s): %d steps, %d cached", req.Name, id, steps, res.CacheHits)})
 	return res, nil
@@ -278,6 +342,9 @@ func (b *Builder) step(ctx context.Context, req Request, st *state, in dockerfil
 		if err := b.from(ctx, req, st, ref, in.Line, emit); err != nil {
 			return 0, err
 		}
+		// Every key of the stage, and every layer id made from one,
+		// depends on the principal's scope.
+		st.key = hash(st.key, "cache scope", st.scope)
 		return stepMeta, nil
 	case "ARG":
 		a := in.Arg
@@ -475,17 +542,18 @@ func (b *Builder) from(ctx context.Context, req Request, st *state, ref string, 
 		return nil
 	}
 	emit(Event{Type: "log", Stream: "stdout", Text: "pulling " + ref})
-	img, err := image.FromRegistry(ctx, ref, req.Registry)
+	img, err := b.Images.FromRegistry(ctx, ref, req.Registry)
 	if err != nil {
-		return errorAt(line, "FROM %s: not a template here, and pulling it failed: %v", ref, err)
+		return fmt.Errorf("%w: Dockerfile:%d: FROM %s: not a template here, and pulling it failed: %w", ErrBuild, line, ref, err)
 	}
-	r, err := image.Import(ctx, img, b.Store, func(p image.Progress) {
+	r, err := b.Images.Import(ctx, img, b.Store, func(p image.Progress) {
 		if p.Phase == "done" || p.Cached {
 			emit(Event{Type: "log", Stream: "stdout", Text: fmt.Sprintf("layer %d/%d %s %s", p.Index+1, p.Count, p.Layer, ifs(p.Cached, "(stored)"))})
 		}
 	})
 	if err != nil {
-		return errorAt(line, "FROM %s: %v", ref, err)
+		// %w: the API answers a refused registry 403 and an import limit 413.
+		return fmt.Errorf("%w: Dockerfile:%d: FROM %s: %w", ErrBuild, line, ref, err)
 	}
 	m := template.FromImage(r, "", false)
 	st.layers = m.Layers

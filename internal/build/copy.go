@@ -74,7 +74,7 @@ func (b *Builder) copyStep(ctx context.Context, req Request, st *state, in docke
 		if err != nil {
 			return 0, err
 		}
-		m, err := matchContext(req.Context, s)
+		m, err := matchContext(ctxRoot, s)
 		if err != nil {
 			return 0, errorAt(in.Line, "%s %s: %v", in.Cmd, s, err)
 		}
@@ -95,7 +95,7 @@ func (b *Builder) copyStep(ctx context.Context, req Request, st *state, in docke
 	for i, src := range srcs {
 		fi, err := ctxRoot.Lstat(src)
 		if err != nil {
-			return 0, errorAt(in.Line, "%s %s: %v", in.Cmd, src, err)
+			return 0, errorAt(in.Line, "%s %s: %v", in.Cmd, src, errNoMatch)
 		}
 		u := upload{file: filepath.Join(tmp, strconv.Itoa(i)+".tar")}
 		f, err := os.Create(u.file)
@@ -162,38 +162,6 @@ func (b *Builder) copyStep(ctx context.Context, req Request, st *state, in docke
 		}
 		return nil
 	})
-}
-
-// matchContext returns the context paths (relative, cleaned) a COPY source
-// names: a path or a glob. Sources that leave the context are refused.
-func matchContext(ctxDir, src string) ([]string, error) {
-	clean := path.Clean("/" + src)[1:]
-	if strings.HasPrefix(path.Clean(src), "../") || path.Clean(src) == ".." {
-		return nil, fmt.Errorf("source is outside the build context")
-	}
-	if clean == "" {
-		clean = "."
-	}
-	if !strings.ContainsAny(clean, "*?[") {
-		return []string{clean}, nil
-	}
-	m, err := filepath.Glob(filepath.Join(ctxDir, clean))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, p := range m {
-		rel, err := filepath.Rel(ctxDir, p)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			continue
-		}
-		out = append(out, filepath.ToSlash(rel))
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no file in the build context matches")
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // packer writes context files to a tar stream and hashes what the cache

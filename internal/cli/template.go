@@ -162,7 +162,7 @@ func templateBuildCmd() *command {
 		fs.String(&name, "tag", "NAME[:TAG]", "name of the template to build (required)", "t")
 		fs.Var(&args, "build-arg", "K=V", "a build argument; repeatable")
 		fs.Bool(&noCache, "no-cache", "run every step, ignoring the build cache")
-		fs.Bool(&insecure, "insecure-registry", "allow plain-HTTP registries for FROM images")
+		fs.Bool(&insecure, "insecure-registry", "plain HTTP for FROM images (only registries the daemon allows it for)")
 		fs.String(&netMode, "network", "MODE", "network of the RUN steps: none (default), open or allowlist")
 		fs.String(&netAllow, "allow", "LIST", "with --network allowlist: host names (ports 80 and 443), comma-separated")
 		fs.Int64(&cpu, "cpu", "MILLICORES", "CPU of the build sandboxes, and the template's default")
@@ -339,7 +339,7 @@ func templateImportCmd() *command {
 		fs.String(&name, "tag", "NAME[:TAG]", "name of the template (required)", "t")
 		fs.String(&username, "username", "USER", "registry user name")
 		fs.Bool(&passwordStdin, "password-stdin", "read the registry password from stdin")
-		fs.Bool(&insecure, "insecure", "allow a plain-HTTP registry")
+		fs.Bool(&insecure, "insecure", "plain HTTP (only registries the daemon allows it for)")
 		fs.String(&platform, "platform", "OS/ARCH", "which image of a multi-platform index (default linux/amd64)")
 		fs.String(&format, "format", "FORMAT", "docker-archive or oci-archive for a PATH (default: detected)")
 		fs.String(&tag, "image", "REF", "which image of a multi-image docker-save archive")
@@ -435,7 +435,7 @@ func templateLsCmd() *command {
 			return nil
 		}
 		tw := tabwriter.NewWriter(r.env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tID\tLAYERS\tSIZE\tCREATED\tSOURCE")
+		fmt.Fprintln(tw, "NAME\tID\tLAYERS\tSIZE\tCREATED\tOWNER\tSOURCE")
 		for _, t := range list {
 			created := "-"
 			if !t.Created.IsZero() {
@@ -445,7 +445,12 @@ func templateLsCmd() *command {
 			if t.Builtin {
 				size = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", t.Name, shortDigest(t.ID), t.Layers, size, created, t.Source)
+			// A tag without an owner is shared: only admins change it.
+			owner := t.Owner
+			if owner == "" {
+				owner = "shared"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, shortDigest(t.ID), t.Layers, size, created, owner, t.Source)
 		}
 		return tw.Flush()
 	}

@@ -46,6 +46,11 @@ type Config struct {
 	PreviewDomain string `yaml:"preview_domain"`
 	// Network configures sandbox networking (see docs/networking.md).
 	Network NetworkConfig `yaml:"network"`
+	// Registries lists the registries image pulls may reach on internal
+	// addresses or over plain HTTP (see RegistriesConfig).
+	Registries RegistriesConfig `yaml:"registries"`
+	// Images bounds what one image import may download and write.
+	Images ImagesConfig `yaml:"images"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.
@@ -87,6 +92,51 @@ type Config struct {
 	IdleTimeout   time.Duration `yaml:"idle_timeout"`
 	// ShutdownTimeout bounds how long open requests may finish at shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Limits bounds what clients may hold open on the TCP listeners.
+	Limits LimitsConfig `yaml:"limits"`
+	// Metrics configures GET /metrics.
+	Metrics MetricsConfig `yaml:"metrics"`
+}
+
+// LimitsConfig bounds what clients may hold open on the TCP listeners (the
+// API, which also serves previews, and the E2B API), before and after
+// authentication. The unix socket (root only) is exempt from the
+// connection caps.
+type LimitsConfig struct {
+	// MaxConns caps the connections open at once on the TCP listeners
+	// together, MaxConnsPerIP those from one client address (an IPv4
+	// address or IPv6 /64; loopback counts like any other: raise it or set
+	// 0 behind a reverse proxy on the same host). 0: no cap. Over a cap a
+	// connection gets 503 (global) or 429 (per address) and is closed.
+	MaxConns      int `yaml:"max_conns"`
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// BodyTimeout and BodyMinRate are the minimum rate of request bodies:
+	// within every BodyTimeout, at least BodyMinRate bytes per second of
+	// it (or the rest of the body) must arrive, else the request fails and
+	// its connection is closed. StreamBodyTimeout replaces it for
+	// authenticated uploads (files, archives, templates, stdin, preview
+	// requests with an API key): any progress every StreamBodyTimeout.
+	BodyTimeout       time.Duration `yaml:"body_timeout"`
+	BodyMinRate       int64         `yaml:"body_min_rate"`
+	StreamBodyTimeout time.Duration `yaml:"stream_body_timeout"`
+	// PreviewWebSocketsPerPort and PreviewWebSocketsPerClient cap the
+	// upgraded (WebSocket) connections held at once through the preview
+	// proxy to one sandbox port, and from one client address to all
+	// ports. 0: no cap. Over a cap the upgrade is refused with 429.
+	PreviewWebSocketsPerPort   int `yaml:"preview_websockets_per_port"`
+	PreviewWebSocketsPerClient int `yaml:"preview_websockets_per_client"`
+}
+
+// MetricsConfig configures GET /metrics, which needs an API key with the
+// metrics:read scope on the API listener.
+type MetricsConfig struct {
+	// Listen, when set, also serves /metrics without authentication on
+	// this address (keep it on loopback or a private network).
+	Listen string `yaml:"listen"`
+	// PerSandboxLabels labels the per-sandbox series (network) with the
+	// sandbox's id; by default they are summed over sandboxes, so that
+	// a metrics reader does not learn every tenant's sandbox ids.
+	PerSandboxLabels bool `yaml:"per_sandbox_labels"`
 }
 
 // Default returns the defaults.
@@ -107,6 +157,12 @@ func Default() Config {
 		ShutdownTimeout: 10 * time.Second,
 		HeaderTimeout:   10 * time.Second,
 		IdleTimeout:     2 * time.Minute,
+		Images:          DefaultImages(),
+		Limits: LimitsConfig{
+			MaxConns: 1024, MaxConnsPerIP: 64,
+			BodyTimeout: 30 * time.Second, BodyMinRate: 1024, StreamBodyTimeout: 5 * time.Minute,
+			PreviewWebSocketsPerPort: 256, PreviewWebSocketsPerClient: 32,
+		},
 	}
 }
 
@@ -156,6 +212,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	backendFlag := fs.String("backend", "", "default isolation of new sandboxes: native or gvisor (env WARDEN_BACKEND)")
 	maxSandboxes := fs.Int("max-sandboxes", -1, "sandboxes running at once, 0 for the backend's limit (env WARDEN_MAX_SANDBOXES)")
 	headerTimeout := fs.Duration("header-timeout", 0, "how long a client may take to send request headers (default 10s)")
+	metricsListen := fs.String("metrics-listen", "", "also serve /metrics without authentication on this address, such as 127.0.0.1:9090 (env WARDEN_METRICS_LISTEN)")
 	poolSize := fs.Int("pool-size", -1, "warm pool: base-template sandboxes kept started for default creates, 0 to disable (default 2; env WARDEN_POOL_SIZE)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -205,6 +262,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	set(&c.LogFormat, *logFormat, "WARDEN_LOG_FORMAT")
 	set(&c.Landlock, *landlock, "WARDEN_LANDLOCK")
 	set(&c.Backend, *backendFlag, "WARDEN_BACKEND")
+	set(&c.Metrics.Listen, *metricsListen, "WARDEN_METRICS_LISTEN")
 	// An explicitly empty --listen or --socket disables that endpoint.
 	fs.Visit(func(f *flag.Flag) {
 		switch {
@@ -315,6 +373,23 @@ func (c *Config) Validate() error {
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1000 {
 		return errors.New("config: pool_size must be between 0 and 1000")
+	}
+	if err := c.validateImages(); err != nil {
+		return err
+	}
+	if l := c.Limits; l.MaxConns < 0 || l.MaxConnsPerIP < 0 || l.PreviewWebSocketsPerPort < 0 || l.PreviewWebSocketsPerClient < 0 {
+		return errors.New("config: limits: connection caps must not be negative (0: no cap)")
+	}
+	if l := c.Limits; l.BodyTimeout <= 0 || l.StreamBodyTimeout <= 0 || l.BodyMinRate < 0 {
+		return errors.New("config: limits: body_timeout and stream_body_timeout must be positive, body_min_rate not negative")
+	}
+	if c.Metrics.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			return fmt.Errorf("config: metrics.listen %q: %w", c.Metrics.Listen, err)
+		}
+		if c.Metrics.Listen == c.Listen || c.Metrics.Listen == c.E2BListen {
+			return fmt.Errorf("config: metrics.listen %q is the address of another listener", c.Metrics.Listen)
+		}
 	}
 	return nil
 }

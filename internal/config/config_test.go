@@ -118,3 +118,38 @@ func TestPreviewDomain(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitsAndMetrics(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Limits; l.MaxConns != 1024 || l.MaxConnsPerIP != 64 || l.BodyTimeout != 30*time.Second || l.BodyMinRate != 1024 ||
+		l.StreamBodyTimeout != 5*time.Minute || l.PreviewWebSocketsPerPort != 256 || l.PreviewWebSocketsPerClient != 32 {
+		t.Fatalf("default limits: %+v", l)
+	}
+	if c.Metrics.PerSandboxLabels || c.Metrics.Listen != "" {
+		t.Fatalf("default metrics: %+v", c.Metrics)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "w.yaml")
+	os.WriteFile(file, []byte("version: 1\nlimits:\n  max_conns_per_ip: 8\n  body_timeout: 2s\nmetrics:\n  per_sandbox_labels: true\n"), 0o600)
+	c, err = load(t, []string{"--config", file, "--metrics-listen", "127.0.0.1:9090"}, nil)
+	if err != nil || c.Limits.MaxConnsPerIP != 8 || c.Limits.MaxConns != 1024 || c.Limits.BodyTimeout != 2*time.Second ||
+		!c.Metrics.PerSandboxLabels || c.Metrics.Listen != "127.0.0.1:9090" {
+		t.Fatalf("from file: %+v %+v %v", c.Limits, c.Metrics, err)
+	}
+	for name, body := range map[string]string{
+		"negative cap":   "limits:\n  max_conns: -1\n",
+		"zero body":      "limits:\n  body_timeout: 0s\n",
+		"negative rate":  "limits:\n  body_min_rate: -5\n",
+		"metrics listen": "metrics:\n  listen: nope\n",
+		"same listen":    "metrics:\n  listen: 127.0.0.1:7070\n",
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml")
+		os.WriteFile(p, []byte("version: 1\n"+body), 0o600)
+		if _, err := load(t, []string{"--config", p}, nil); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

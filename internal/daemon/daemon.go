@@ -32,6 +32,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/broker"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/config"
+	"github.com/warden-sandbox/warden/internal/connguard"
 	"github.com/warden-sandbox/warden/internal/e2b"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
@@ -177,11 +178,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	// One Authenticator for both APIs: a key revoked through either is
 	// refused by both at once (it caches key records briefly).
 	authn := auth.New(st)
+	images, err := imagePolicy(cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Config{
 		Manager: mgr, Store: st, Auth: authn, Audit: alog, Logger: log,
 		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
-		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: nb, Net: netm},
+		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: nb, Net: netm, Images: images}, Images: images,
+		PerSandboxLabels: cfg.Metrics.PerSandboxLabels, PreviewWebSocketsPerPort: cfg.Limits.PreviewWebSocketsPerPort, PreviewWebSocketsPerClient: cfg.Limits.PreviewWebSocketsPerClient,
 		Secrets: vault, SecretHooks: hooks,
 		PreviewDomain: cfg.PreviewDomain,
 	})
@@ -193,6 +199,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			return err
 		}
 	}
+	// Connection caps shared by the TCP listeners, and the minimum rate of
+	// request bodies on every listener (see internal/connguard).
+	conns := connguard.NewLimiter(cfg.Limits.MaxConns, cfg.Limits.MaxConnsPerIP, log)
+	if err := srv.RegisterCollector(conns); err != nil {
+		return err
+	}
+	bodies := connguard.BodyLimits{Timeout: cfg.Limits.BodyTimeout, MinRate: cfg.Limits.BodyMinRate, StreamTimeout: cfg.Limits.StreamBodyTimeout}
 	mgr.OnEnd = func(sb store.Sandbox) {
 		srv.SandboxEnded(sb)
 		brk.Forget(sb.ID)
@@ -225,7 +238,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			return err
 		}
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: bodies.Handler(srv.Handler()), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
 	var tcpAddr net.Addr
@@ -234,7 +247,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 		}
-		lns = append(lns, ln)
+		lns = append(lns, conns.Listen(ln, connguard.APIReject))
 		tcpAddr = ln.Addr()
 	}
 	if cfg.Socket != "" {
@@ -259,10 +272,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
 				if err != nil {
 					err = fmt.Errorf("listen on %s (e2b): %w", cfg.E2BListen, err)
+				} else {
+					e2bLn = conns.Listen(e2bLn, connguard.E2BReject)
 				}
 			}
 			if err == nil {
-				e2bSrv = &http.Server{Handler: es.Handler(), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
+				e2bSrv = &http.Server{Handler: bodies.Handler(es.Handler()), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
 					MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 			}
 		}
@@ -273,12 +288,31 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			return err
 		}
 	}
+	// The optional metrics listener: /metrics without authentication, for
+	// an operator who keeps the address private.
+	var metricsSrv *http.Server
+	var metricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			if e2bLn != nil {
+				e2bLn.Close()
+			}
+			return fmt.Errorf("listen on %s (metrics): %w", cfg.Metrics.Listen, err)
+		}
+		metricsLn = conns.Listen(ln, connguard.APIReject)
+		metricsSrv = &http.Server{Handler: bodies.Handler(srv.MetricsHandler()), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
+			MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go mgr.Run(rctx)
 	mgr.StartPool(rctx)
 
-	errc := make(chan error, len(lns)+1)
+	errc := make(chan error, len(lns)+2)
 	var wg sync.WaitGroup
 	if e2bSrv != nil {
 		wg.Add(1)
@@ -289,6 +323,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			}
 		}()
 		log.Info("serving the E2B-compatible API", "tcp", e2bLn.Addr().String())
+	}
+	if metricsSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := metricsSrv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		log.Warn("serving /metrics without authentication", "tcp", metricsLn.Addr().String())
 	}
 	for _, ln := range lns {
 		wg.Add(1)
@@ -316,6 +360,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if e2bSrv != nil {
 		if serr := e2bSrv.Shutdown(sctx); serr != nil {
 			e2bSrv.Close()
+		}
+	}
+	if metricsSrv != nil {
+		if serr := metricsSrv.Shutdown(sctx); serr != nil {
+			metricsSrv.Close()
 		}
 	}
 	wg.Wait()

@@ -209,19 +209,46 @@ func (s *Server) domain() *string {
 
 // tokensFor returns the tokens a caller may receive: they grant exec and
 // file access through the proxy, so only keys holding sandboxes:exec get
-// them.
-func (s *Server) tokensFor(c *call, id string) (envd string, traffic *string) {
+// them. The tokens are bound to an API key (see EnvdToken): a sandbox bound
+// to none yet, or to a key that is no longer valid (revoked, or its
+// principal gone), is bound to the caller's key first, which changes its
+// tokens, so whoever held the old ones keeps nothing.
+func (s *Server) tokensFor(c *call, sb store.Sandbox) (envd string, traffic *string, err error) {
 	if !c.ident.Has(auth.ScopeSandboxesExec) {
-		return "", nil
+		return "", nil, nil
 	}
-	t := s.TrafficToken(id)
-	return s.EnvdToken(id), &t
+	if sb.EnvdKey != c.ident.Key.ID {
+		rebind := sb.EnvdKey == ""
+		if !rebind {
+			err := s.cfg.Auth.CheckKey(c.r.Context(), sb.EnvdKey)
+			if err != nil && !errors.Is(err, auth.ErrUnauthenticated) {
+				return "", nil, err
+			}
+			rebind = err != nil
+		}
+		if rebind {
+			nb, err := s.cfg.Manager.BindEnvdKey(c.r.Context(), sb.ID, sb.EnvdKey, c.ident.Key.ID)
+			if errors.Is(err, sandbox.ErrKeyChanged) {
+				nb, err = s.cfg.Manager.Get(c.r.Context(), sb.ID) // bound meanwhile
+			}
+			if err != nil {
+				return "", nil, err
+			}
+			c.detail["envd_key_bound"] = nb.EnvdKey
+			sb = nb
+		}
+	}
+	t := s.TrafficToken(sb)
+	return s.EnvdToken(sb), &t, nil
 }
 
-func (s *Server) toSandbox(c *call, sb store.Sandbox) sandboxJSON {
-	envd, traffic := s.tokensFor(c, sb.ID)
+func (s *Server) toSandbox(c *call, sb store.Sandbox) (sandboxJSON, error) {
+	envd, traffic, err := s.tokensFor(c, sb)
+	if err != nil {
+		return sandboxJSON{}, err
+	}
 	return sandboxJSON{SandboxID: sb.ID, TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: envd, TrafficAccessToken: traffic, Domain: s.domain()}
+		EnvdVersion: EnvdVersion, EnvdAccessToken: envd, TrafficAccessToken: traffic, Domain: s.domain()}, nil
 }
 
 func e2bState(st string) string {
@@ -355,7 +382,7 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 	}
 	sb, err := s.cfg.Manager.Create(c.r.Context(), sandbox.CreateRequest{
 		Owner: c.ident.Principal.ID, Template: tmpl, Env: q.EnvVars, Metadata: q.Metadata, Timeout: timeout,
-		AutoPause: autoPause, AutoResume: autoResume, Network: netp,
+		AutoPause: autoPause, AutoResume: autoResume, Network: netp, EnvdKey: c.ident.Key.ID,
 	})
 	if err != nil {
 		return err
@@ -365,7 +392,11 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 		s.public.set(sb.ID, true)
 		c.detail["public_traffic"] = true
 	}
-	writeJSON(w, http.StatusCreated, s.toSandbox(c, sb))
+	out, err := s.toSandbox(c, sb)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
 
@@ -375,7 +406,9 @@ func (s *Server) get(w http.ResponseWriter, c *call) error {
 		return err
 	}
 	d := toDetail(sb)
-	d.EnvdAccessToken, _ = s.tokensFor(c, sb.ID)
+	if d.EnvdAccessToken, _, err = s.tokensFor(c, sb); err != nil {
+		return err
+	}
 	d.Domain = s.domain()
 	d.Lifecycle = &lifecycleJSON{OnTimeout: "kill", AutoResume: sb.Lifecycle.AutoResume}
 	if sb.Lifecycle.AutoPause {
@@ -493,7 +526,11 @@ func (s *Server) wake(w http.ResponseWriter, c *call, isConnect bool) error {
 			return err
 		}
 	}
-	writeJSON(w, status, s.toSandbox(c, sb))
+	out, err := s.toSandbox(c, sb)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, out)
 	return nil
 }
 

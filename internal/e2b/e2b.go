@@ -13,9 +13,12 @@
 //     warden-agent, which speaks envd's protocol natively.
 //
 // Each sandbox's envd access token is derived, not stored:
-// HMAC-SHA256(TokenKey, "envd:"+sandboxID). The key lives in the daemon's
-// state directory, so tokens survive a daemon restart and nothing extra is
-// persisted per sandbox.
+// HMAC-SHA256(TokenKey, "envd:"+sandboxID+"\x00"+keyID), where keyID is the
+// API key the token is bound to (the key that created the sandbox, or the
+// one that reconnected after it was revoked; store.Sandbox.EnvdKey). The
+// token works only while that key is valid: revoking the key cuts every
+// envd token and signed URL derived through it. TokenKey lives in the
+// daemon's state directory, so tokens survive a daemon restart.
 package e2b
 
 import (
@@ -104,12 +107,26 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// EnvdToken returns the envd access token of a sandbox.
-func (s *Server) EnvdToken(id string) string { return s.derive("envd:", id) }
+// EnvdToken returns the envd access token of a sandbox: derived from its ID
+// and the API key it is bound to (sb.EnvdKey), so binding another key
+// changes it. A sandbox bound to no key has none (""), and the proxy
+// accepts a token only while its key is valid (see proxy).
+func (s *Server) EnvdToken(sb store.Sandbox) string {
+	if sb.EnvdKey == "" {
+		return ""
+	}
+	return s.derive("envd:", sb.ID+"\x00"+sb.EnvdKey)
+}
 
 // TrafficToken returns the token guarding the code-interpreter port (the
-// SDK sends it as E2B-Traffic-Access-Token on every port-49999 call).
-func (s *Server) TrafficToken(id string) string { return s.derive("traffic:", id) }
+// SDK sends it as E2B-Traffic-Access-Token on every port-49999 call), bound
+// like EnvdToken.
+func (s *Server) TrafficToken(sb store.Sandbox) string {
+	if sb.EnvdKey == "" {
+		return ""
+	}
+	return s.derive("traffic:", sb.ID+"\x00"+sb.EnvdKey)
+}
 
 func (s *Server) derive(label, id string) string {
 	m := hmac.New(sha256.New, s.cfg.TokenKey)

@@ -20,13 +20,14 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/store"
 )
 
 func TestControlPlane(t *testing.T) {
 	sb := create(t, env.aKey, map[string]any{"templateID": "base", "timeout": 120,
 		"metadata": map[string]string{"k y": "v&1", "suite": "e2b"}, "envVars": map[string]string{"GREETING": "hello"}})
 	if !strings.HasPrefix(sb.SandboxID, "sb-") || sb.TemplateID != "base" || sb.ClientID == "" ||
-		sb.EnvdVersion != EnvdVersion || sb.EnvdAccessToken != env.srv.EnvdToken(sb.SandboxID) ||
+		sb.EnvdVersion != EnvdVersion || sb.EnvdAccessToken != env.srv.EnvdToken(stored(t, sb.SandboxID)) ||
 		sb.TrafficAccessToken == nil || *sb.TrafficAccessToken == "" {
 		t.Fatalf("create response: %+v", sb)
 	}
@@ -442,8 +443,8 @@ func TestEnvdAuthAndRouting(t *testing.T) {
 	}
 	ci["X-Access-Token"] = a.EnvdAccessToken
 	st, _, _ = do(t, "POST", "/process.Process/List", ci, strings.NewReader("{}"))
-	if st != 502 {
-		t.Errorf("envd route on the code-interpreter port: %d, want 502", st)
+	if st != 404 {
+		t.Errorf("envd route on the code-interpreter port: %d, want 404", st)
 	}
 
 	// envd traffic to a killed sandbox: 502
@@ -536,7 +537,7 @@ func TestSignedLookupBounded(t *testing.T) {
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	sb := create(t, env.aKey, nil)
-	token := srv.EnvdToken(sb.SandboxID)
+	token := srv.EnvdToken(stored(t, sb.SandboxID))
 	get := func(path string) int {
 		resp, err := http.Get(hs.URL + "/files?path=" + url.QueryEscape(path) + "&signature=" + url.QueryEscape(Signature(path, "read", "", token, 0)))
 		if err != nil {
@@ -683,4 +684,14 @@ func TestNetworkOptions(t *testing.T) {
 	if st != 400 || !strings.Contains(string(body), "denyOut") {
 		t.Errorf("denyOut alone: %d %s", st, body)
 	}
+}
+
+// stored returns the sandbox's record.
+func stored(t *testing.T, id string) store.Sandbox {
+	t.Helper()
+	sb, err := env.mgr.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
 }

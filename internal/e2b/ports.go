@@ -53,10 +53,15 @@ func (p *publicSandboxes) is(id string) bool {
 // userPort serves traffic to a user port of a running sandbox.
 func (s *Server) userPort(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int) {
 	id := sb.ID
-	if !s.public.is(id) && !eq(r.Header.Get(hdrTraffic), s.TrafficToken(id)) && !eq(r.Header.Get(hdrAccessToken), s.EnvdToken(id)) {
-		writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "code": 403,
-			"message": "Sandbox is secured with traffic access token. Provide the envd or traffic access token."})
-		return
+	if !s.public.is(id) {
+		if !tokenOK(r.Header.Get(hdrTraffic), s.TrafficToken(sb)) && !tokenOK(r.Header.Get(hdrAccessToken), s.EnvdToken(sb)) {
+			writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "code": 403,
+				"message": "Sandbox is secured with traffic access token. Provide the envd or traffic access token."})
+			return
+		}
+		if !s.keyValid(w, r, sb) {
+			return
+		}
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	rp := &httputil.ReverseProxy{

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/agent/sysuser"
 	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -87,6 +89,29 @@ func Signature(path, op, username, token string, expiration int64) string {
 
 func eq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
+// tokenOK reports whether a presented token is the expected one; a sandbox
+// without a token (want "") accepts none.
+func tokenOK(got, want string) bool { return got != "" && want != "" && eq(got, want) }
+
+// keyValid checks that the API key sb's tokens are bound to is still valid
+// (not revoked, its principal not gone), answering 401 when it is not. The
+// key is read from the store on every request, as API keys are: a
+// revocation cuts the tokens from the next request on, with no cache.
+func (s *Server) keyValid(w http.ResponseWriter, r *http.Request, sb store.Sandbox) bool {
+	err := s.cfg.Auth.CheckKey(r.Context(), sb.EnvdKey)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, auth.ErrUnauthenticated):
+		s.log.Warn("e2b: envd token of a revoked api key", "sandbox", sb.ID, "key", sb.EnvdKey, "remote", r.RemoteAddr)
+		unauthorized(w, "the API key this access token was issued through is no longer valid; connect to the sandbox again with a valid key")
+	default:
+		s.log.Error("e2b: check envd key", "sandbox", sb.ID, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"code": 500, "message": "internal error"})
+	}
+	return false
+}
+
 // checkSignature checks a signed /files request against token: "" when
 // good, else envd's message.
 func checkSignature(r *http.Request, token string) string {
@@ -134,7 +159,7 @@ func (s *Server) findBySignature(r *http.Request) (id string, ok bool, limited b
 	}
 	if v, hit := s.signed.Load(sig); hit {
 		id := v.(string)
-		if checkSignature(r, s.EnvdToken(id)) == "" {
+		if sb, err := s.cfg.Manager.Get(r.Context(), id); err == nil && checkSignature(r, s.EnvdToken(sb)) == "" {
 			return id, true, false
 		}
 	}
@@ -168,7 +193,11 @@ func (s *Server) scanSignature(r *http.Request) (string, bool) {
 			return "", false
 		}
 		for _, sb := range page {
-			if msg := checkSignature(r, s.EnvdToken(sb.ID)); msg == "" || msg == "signature is already expired" {
+			token := s.EnvdToken(sb)
+			if token == "" {
+				continue
+			}
+			if msg := checkSignature(r, token); msg == "" || msg == "signature is already expired" {
 				return sb.ID, true
 			}
 		}
@@ -177,11 +206,6 @@ func (s *Server) scanSignature(r *http.Request) (string, bool) {
 		}
 		f.PageToken = next
 	}
-}
-
-// codeRoute reports whether path is a code-interpreter route.
-func codeRoute(path string) bool {
-	return path == "/execute" || path == "/contexts" || strings.HasPrefix(path, "/contexts/") || path == "/health"
 }
 
 // proxy serves sandbox traffic: route, authenticate with the sandbox's
@@ -238,43 +262,61 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.Path
 	authBy := "token"
-	token := s.EnvdToken(id)
+	token := s.EnvdToken(sb)
 	switch {
 	case port == PortEnvd && internalRoutes[path]:
 		writeJSON(w, http.StatusNotFound, map[string]any{"message": "This endpoint is reserved for internal use and cannot be called from outside the sandbox.", "path": path, "code": 404})
 		return
-	case port == PortEnvd && path == "/health" && r.Method == http.MethodGet:
+	case port == PortEnvd && !envdRoute(path), port == PortCode && !codeRoute(path):
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": "not found", "path": path, "code": 404})
+		return
+	case path == "/health" && r.Method == http.MethodGet:
 		authBy = "none"
 	case port == PortEnvd && path == "/files":
 		if h := r.Header.Get(hdrAccessToken); h != "" {
-			if !eq(h, token) {
+			if !tokenOK(h, token) {
 				unauthorized(w, "access token present in header but does not match")
 				return
 			}
 		} else {
-			if msg := checkSignature(r, token); msg != "" {
+			if msg := checkSignature(r, token); msg != "" || token == "" {
+				if msg == "" {
+					msg = "invalid signature"
+				}
 				unauthorized(w, msg)
 				return
 			}
 			authBy = "signature"
 		}
 	case port == PortEnvd:
-		if !eq(r.Header.Get(hdrAccessToken), token) {
+		if !tokenOK(r.Header.Get(hdrAccessToken), token) {
 			unauthorized(w, "unauthorized access, please provide a valid access token or method signing if supported")
 			return
 		}
 	default: // code interpreter
-		if !codeRoute(path) {
-			portClosed502(w, id, port)
-			return
-		}
-		if path == "/health" && r.Method == http.MethodGet {
-			authBy = "none"
-		} else if !eq(r.Header.Get(hdrAccessToken), token) && !eq(r.Header.Get(hdrTraffic), s.TrafficToken(id)) {
+		if !tokenOK(r.Header.Get(hdrAccessToken), token) && !tokenOK(r.Header.Get(hdrTraffic), s.TrafficToken(sb)) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "code": 403,
 				"message": "Sandbox is secured with traffic access token. Provide the envd or traffic access token."})
 			return
 		}
+	}
+	// A token, or a URL signed with one, works only while the API key it is
+	// bound to is valid.
+	if authBy != "none" && !s.keyValid(w, r, sb) {
+		return
+	}
+	// The acting user: the signed one for a signed URL, else the one the
+	// token holder names (any user, as with envd).
+	user := ""
+	if authBy == "signature" {
+		user = r.URL.Query().Get("username")
+	} else if authBy == "token" {
+		u, err := requestUser(r.Header)
+		if err != nil {
+			unauthorized(w, "invalid user: the Authorization header must be one \"Basic base64(user:)\"")
+			return
+		}
+		user = u
 	}
 	if port == PortEnvd && path == "/metrics" && r.Method == http.MethodGet {
 		s.envdMetrics(w, r, sb)
@@ -291,8 +333,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "agent"
 			pr.Out.Host = "agent"
-			for _, h := range []string{hdrSandboxID, hdrSandboxPort, hdrAccessToken, hdrTraffic, "X-Api-Key"} {
-				pr.Out.Header.Del(h)
+			// Exactly the path the allow-list matched, and one value per
+			// query key; no client credential, only the decided user.
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			pr.Out.URL.RawQuery = canonicalQuery(r.URL.Query(), authBy == "signature", user)
+			stripCredentials(pr.Out.Header)
+			stripCredentials(pr.Out.Trailer)
+			if user != "" && authBy == "token" {
+				pr.Out.Header.Set("Authorization", sysuser.BasicAuth(user))
 			}
 		},
 		Transport:     agent.HTTP.Transport,

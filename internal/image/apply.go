@@ -27,6 +27,9 @@ type Stats struct {
 	SkippedDevices int   // block/character device entries (and hard links to them), never created
 	SkippedXattrs  int   // extended attributes that were not applied
 	Bytes          int64 // bytes of regular file content written
+	// Entries counts the tar entries read plus the parent directories
+	// created for them that no entry named: what images.max_entries bounds.
+	Entries int
 }
 
 func (s *Stats) add(o Stats) {
@@ -40,6 +43,7 @@ func (s *Stats) add(o Stats) {
 	s.SkippedDevices += o.SkippedDevices
 	s.SkippedXattrs += o.SkippedXattrs
 	s.Bytes += o.Bytes
+	s.Entries += o.Entries
 }
 
 // ErrUnsafeEntry is wrapped by the errors [ApplyLayer] returns for entries
@@ -89,11 +93,18 @@ var noOpenat2 atomic.Bool
 //
 // On error, dir may hold a partial extraction and should be discarded.
 func ApplyLayer(dir string, r io.Reader) (Stats, error) {
+	return applyLayer(dir, r, -1)
+}
+
+// applyLayer is [ApplyLayer] stopping with a [*LimitError] once more than
+// maxEntries entries (Stats.Entries) are made; maxEntries < 0 is no limit.
+func applyLayer(dir string, r io.Reader, maxEntries int64) (Stats, error) {
 	a, err := newApplier(dir)
 	if err != nil {
 		return Stats{}, err
 	}
 	defer a.close()
+	a.maxEntries = maxEntries
 
 	tr := tar.NewReader(r)
 	for {
@@ -104,7 +115,13 @@ func ApplyLayer(dir string, r io.Reader) (Stats, error) {
 		if err != nil {
 			return a.stats, fmt.Errorf("read layer tar: %w", err)
 		}
+		if err := a.count(); err != nil {
+			return a.stats, err
+		}
 		if err := a.apply(hdr, tr); err != nil {
+			if a.limitErr != nil {
+				return a.stats, a.limitErr
+			}
 			return a.stats, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
 	}
@@ -127,6 +144,20 @@ type applier struct {
 	// layer tar are usually grouped by directory.
 	cacheName string
 	cacheFd   int
+
+	maxEntries int64 // limit of stats.Entries; < 0: none
+	limitErr   *LimitError
+}
+
+// count counts one more entry (a tar entry, or a directory made for one)
+// against maxEntries.
+func (a *applier) count() error {
+	a.stats.Entries++
+	if a.maxEntries >= 0 && int64(a.stats.Entries) > a.maxEntries {
+		a.limitErr = &LimitError{Limit: LimitEntries, Max: a.maxEntries}
+		return a.limitErr
+	}
+	return nil
 }
 
 func newApplier(dir string) (*applier, error) {
@@ -159,6 +190,8 @@ func newApplier(dir string) (*applier, error) {
 		dirTimes: map[string]times{},
 		devices:  map[string]bool{},
 		cacheFd:  -1,
+
+		maxEntries: -1,
 	}, nil
 }
 
@@ -419,7 +452,10 @@ func (a *applier) mkdirAll(rel string) (int, error) {
 		done = path.Join(done, comp)
 		next, err := openBeneath(cur, comp, unix.O_PATH)
 		if errors.Is(err, unix.ENOENT) {
-			err = unix.Mkdirat(cur, comp, 0o755)
+			err = a.count()
+			if err == nil {
+				err = unix.Mkdirat(cur, comp, 0o755)
+			}
 			if err == nil {
 				err = unix.Fchmodat(cur, comp, 0o755, 0)
 			}

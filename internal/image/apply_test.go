@@ -72,6 +72,9 @@ func layer1() []ent {
 var layer1Stats = Stats{
 	Files: 11, Dirs: 8, Symlinks: 2, Hardlinks: 1, FIFOs: 1,
 	SkippedDevices: 2, SkippedXattrs: 3,
+	// 25 entries and 7 parents made for them (home, usr, run, dev,
+	// opq/sub, gonedir, data).
+	Entries: 32,
 	Bytes: int64(len("secret notes" + "ping binary" + "su binary" + "wall binary" + "root:*:::::::" +
 		"root:x:0:0::/root:/bin/sh\n" + "old1" + "old2" + "bye" + "x" + "f")),
 }
@@ -90,7 +93,8 @@ func layer2() []ent {
 	}
 }
 
-var layer2Stats = Stats{Files: 1, Dirs: 1, Whiteouts: 3, OpaqueDirs: 2, Bytes: 3}
+// 7 entries and 3 parents made for them (opq, newdir, etc).
+var layer2Stats = Stats{Files: 1, Dirs: 1, Whiteouts: 3, OpaqueDirs: 2, Bytes: 3, Entries: 10}
 
 func applyEntries(t *testing.T, dir string, ents ...ent) (Stats, error) {
 	t.Helper()

@@ -21,4 +21,13 @@
 // to escape are refused with an error wrapping [ErrUnsafeEntry], device nodes
 // are never created (except whiteouts), and images cannot forge overlayfs
 // metadata (user.overlay.* extended attributes are dropped).
+//
+// Registry names come from API callers, so pulls go through a [Policy]:
+// registries on internal addresses (loopback, link-local, private, the host's
+// own) are refused unless an administrator lists them, on every request,
+// redirect and token realm and again on the address each connection is made
+// to; plain HTTP only for listed registries; errors never quote a registry's
+// response. The Policy's [Limits] bound each import (uncompressed bytes,
+// entries, expansion ratio, compressed download), counted as the layers
+// stream in.
 package image

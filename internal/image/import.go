@@ -80,6 +80,16 @@ var ErrDigestMismatch = errors.New("layer digest mismatch")
 // ggcr gzips each layer to compute the manifest digest and layer sizes, and
 // again to stream it.
 func Import(ctx context.Context, img v1.Image, store LayerStore, progress func(Progress)) (Result, error) {
+	return (*Policy)(nil).Import(ctx, img, store, progress)
+}
+
+// Import is [Import] under p's [Limits]: the import stops with an error
+// wrapping [ErrLimit] (a [*LimitError] naming the limit) as soon as one is
+// passed, and the layer being extracted is discarded. The sizes the image
+// declares for the layers to extract are checked against MaxDownloadBytes
+// before anything is downloaded.
+func (p *Policy) Import(ctx context.Context, img v1.Image, store LayerStore, progress func(Progress)) (Result, error) {
+	lim := p.Limits()
 	if progress == nil {
 		progress = func(Progress) {}
 	}
@@ -113,8 +123,25 @@ func Import(ctx context.Context, img v1.Image, store LayerStore, progress func(P
 		}
 		return Result{}, fmt.Errorf("image config lists %d diffids for %d layers", n, len(layers))
 	}
+	// Refuse an image that declares more to download than allowed before
+	// downloading any of it.
+	var declared int64
+	for i, l := range layers {
+		if store.Has(cf.RootFS.DiffIDs[i].String()) {
+			continue
+		}
+		size, err := l.Size()
+		if err != nil {
+			return Result{}, fmt.Errorf("layer %d: size: %w", i, err)
+		}
+		if size < 0 || size > lim.MaxDownloadBytes-declared {
+			return Result{}, &LimitError{Limit: LimitDownload, Max: lim.MaxDownloadBytes}
+		}
+		declared += size
+	}
 	res := Result{Config: cfg, Digest: digest.String(), Layers: make([]string, 0, len(layers))}
 	count := len(layers)
+	var used usage
 	for i, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return Result{}, fmt.Errorf("import canceled: %w", err)
@@ -140,7 +167,7 @@ func Import(ctx context.Context, img v1.Image, store LayerStore, progress func(P
 		var st Stats
 		err = store.Put(id, func(dir string) error {
 			var err error
-			st, err = extractLayer(ctx, l, dir, diffID, func(phase string, cur int64) {
+			st, err = extractLayer(ctx, l, dir, diffID, lim, &used, func(phase string, cur int64) {
 				e := ev
 				e.Phase, e.Current = phase, cur
 				progress(e)
@@ -161,8 +188,9 @@ func Import(ctx context.Context, img v1.Image, store LayerStore, progress func(P
 	return res, nil
 }
 
-// extractLayer streams layer l into dir and checks its DiffID.
-func extractLayer(ctx context.Context, l v1.Layer, dir string, diffID v1.Hash, report func(phase string, cur int64)) (Stats, error) {
+// extractLayer streams layer l into dir and checks its DiffID, counting
+// what it reads and extracts into used and stopping once lim is passed.
+func extractLayer(ctx context.Context, l v1.Layer, dir string, diffID v1.Hash, lim Limits, used *usage, report func(phase string, cur int64)) (Stats, error) {
 	rc, err := l.Compressed()
 	if err != nil {
 		return Stats{}, fmt.Errorf("open layer blob: %w", err)
@@ -173,17 +201,24 @@ func extractLayer(ctx context.Context, l v1.Layer, dir string, diffID v1.Hash, r
 	stop := context.AfterFunc(ctx, func() { closeBlob() })
 	defer stop()
 
-	pr := &progressReader{ctx: ctx, r: rc, report: report}
+	pr := &progressReader{ctx: ctx, r: rc, report: report, base: used.download, max: lim.MaxDownloadBytes}
+	el := &expandLimiter{lim: lim, base: used.bytes, compressed: func() int64 { return pr.n }}
+	defer func() {
+		used.download += pr.n
+		used.bytes += el.n
+	}()
 	report(PhaseDownload, 0)
 	dec, err := decompress(bufio.NewReaderSize(pr, 256<<10))
 	if err != nil {
 		return Stats{}, err
 	}
 	defer dec.Close()
+	el.r = dec
 
 	h := sha256.New()
-	r := io.TeeReader(dec, h)
-	st, err := ApplyLayer(dir, r)
+	r := io.TeeReader(el, h)
+	st, err := applyLayer(dir, r, lim.MaxEntries-used.entries)
+	used.entries += int64(st.Entries)
 	if err != nil {
 		return st, err
 	}
@@ -240,6 +275,8 @@ type progressReader struct {
 	last   int64 // last reported count
 	next   int64 // report again at this count
 	report func(phase string, cur int64)
+	base   int64 // bytes read for earlier layers of the image
+	max    int64 // images.max_download_bytes
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
@@ -251,6 +288,9 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	if err != nil && p.ctx.Err() != nil {
 		// The blob was closed because ctx ended.
 		return n, p.ctx.Err()
+	}
+	if p.base+p.n > p.max {
+		return 0, &LimitError{Limit: LimitDownload, Max: p.max}
 	}
 	if (n > 0 && p.n >= p.next) || (err == io.EOF && p.n != p.last) {
 		p.last, p.next = p.n, p.n+progressStep

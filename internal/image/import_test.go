@@ -51,7 +51,7 @@ func TestImportFromRegistry(t *testing.T) {
 	host := newRegistry(t, nil)
 	src := testImage(t)
 	push(t, host+"/test/app:v1", src)
-	img, err := FromRegistry(ctx, host+"/test/app:v1", RegistryOptions{Insecure: true})
+	img, err := local(t).FromRegistry(ctx, host+"/test/app:v1", RegistryOptions{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestImportDigestMismatch(t *testing.T) {
 	t.Run("registry", func(t *testing.T) {
 		host := newRegistry(t, nil)
 		push(t, host+"/bad/app:v1", bad)
-		got, err := FromRegistry(context.Background(), host+"/bad/app:v1", RegistryOptions{Insecure: true})
+		got, err := local(t).FromRegistry(context.Background(), host+"/bad/app:v1", RegistryOptions{Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}

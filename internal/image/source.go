@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -41,8 +41,10 @@ type RegistryOptions struct {
 	// Token selects bearer token authentication. It cannot be combined
 	// with Username.
 	Token string
-	// Insecure allows plain HTTP for the registry (TLS certificates are
-	// still verified when it speaks HTTPS).
+	// Insecure asks for plain HTTP. It is honoured only for registries
+	// the [Policy] lists with Insecure (which get plain HTTP whether or
+	// not it is set); for any other registry the pull is refused. TLS
+	// certificates are always verified when a registry speaks HTTPS.
 	Insecure bool
 	// Platform picks the image from a multi-platform index, as
 	// "os/arch[/variant]". Empty means [DefaultPlatform].
@@ -65,19 +67,41 @@ func parsePlatform(s string) (*v1.Platform, error) {
 
 // FromRegistry resolves ref (e.g. "docker.io/library/alpine:3.20" or
 // "registry.example.com/app@sha256:...") in a registry and returns the image
+// for opts.Platform, under the default [Policy] (see [Policy.FromRegistry]).
+func FromRegistry(ctx context.Context, ref string, opts RegistryOptions) (v1.Image, error) {
+	return (*Policy)(nil).FromRegistry(ctx, ref, opts)
+}
+
+// FromRegistry resolves ref (e.g. "docker.io/library/alpine:3.20" or
+// "registry.example.com/app@sha256:...") in a registry and returns the image
 // for opts.Platform.
+//
+// Every request goes through p's destination policy: a registry on an
+// internal address that registries.allow does not list is refused with an
+// error wrapping [ErrRegistryDenied] before anything is sent, and so are
+// redirects and token realms pointing at one. Plain HTTP is used for the
+// registries listed with Insecure, and only for them: opts.Insecure for any
+// other registry is refused. Errors name the HTTP status a registry answered
+// with, never its response body.
 //
 // Only the manifest and config are fetched now; layers are downloaded when
 // read. ctx governs those later downloads too, so it must stay live until the
 // image has been imported.
-func FromRegistry(ctx context.Context, ref string, opts RegistryOptions) (v1.Image, error) {
-	var nameOpts []name.Option
-	if opts.Insecure {
-		nameOpts = append(nameOpts, name.Insecure)
-	}
-	r, err := name.ParseReference(ref, nameOpts...)
+func (p *Policy) FromRegistry(ctx context.Context, ref string, opts RegistryOptions) (v1.Image, error) {
+	p = p.orDefault()
+	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("parse image reference %q: %w", ref, err)
+	}
+	if err := p.CheckReference(r, opts.Insecure); err != nil {
+		return nil, fmt.Errorf("fetch image %s: %w", r, err)
+	}
+	regHost := r.Context().RegistryStr()
+	host, port := splitRegistryHost(regHost)
+	if reg, ok := p.allowed(host, port); ok && reg.Insecure {
+		if r, err = name.ParseReference(ref, name.Insecure); err != nil {
+			return nil, fmt.Errorf("parse image reference %q: %w", ref, err)
+		}
 	}
 	plat, err := parsePlatform(opts.Platform)
 	if err != nil {
@@ -99,18 +123,50 @@ func FromRegistry(ctx context.Context, ref string, opts RegistryOptions) (v1.Ima
 		remote.WithAuth(auth),
 		remote.WithPlatform(*plat),
 		remote.WithUserAgent("warden"),
+		remote.WithTransport(&guard{p: p, base: p.transport()}),
 	}
 	img, err := remote.Image(r, ropts...)
 	if err != nil {
+		var de *DeniedError
 		var terr *transport.Error
-		if errors.As(err, &terr) {
-			err = describeRegistryError(r, auth, terr)
-		} else if list := remotePlatforms(r, ropts); list != "" {
-			err = fmt.Errorf("%w; available platforms: %s", err, list)
+		if !errors.As(err, &de) && !errors.As(err, &terr) {
+			if list := remotePlatforms(r, ropts); list != "" {
+				err = fmt.Errorf("%w; available platforms: %s", err, list)
+			}
 		}
-		return nil, fmt.Errorf("fetch image %s: %w", r, err)
+		return nil, fmt.Errorf("fetch image %s: %w", r, registryError(r, auth, err))
 	}
-	return img, nil
+	return &registryImage{Image: img, ref: r, auth: auth}, nil
+}
+
+// CheckReference refuses, before any request, a pull of r that p would
+// refuse by the registry's name alone: an address literal (or localhost)
+// in a refused range that registries.allow does not list, or plain HTTP
+// (insecure) for a registry not listed with insecure. Registries named by
+// DNS names are checked again by address when connecting.
+func (p *Policy) CheckReference(r name.Reference, insecure bool) error {
+	p = p.orDefault()
+	regHost := r.Context().RegistryStr()
+	host, port := splitRegistryHost(regHost)
+	reg, ok := p.allowed(host, port)
+	if !ok {
+		if why := p.denyHost(host); why != "" {
+			return &DeniedError{Host: regHost, Reason: why}
+		}
+	}
+	if insecure && (!ok || !reg.Insecure) {
+		return &DeniedError{Host: regHost, Reason: "insecure (plain HTTP) is honoured only for registries listed in registries.allow with insecure: true"}
+	}
+	return nil
+}
+
+// splitRegistryHost splits a registry's "host[:port]" ("[v6]:port" for
+// IPv6), port "" when absent.
+func splitRegistryHost(s string) (host, port string) {
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		return h, p
+	}
+	return strings.Trim(s, "[]"), ""
 }
 
 // remotePlatforms lists the platforms of r if it is an index, for errors.
@@ -130,24 +186,6 @@ func remotePlatforms(r name.Reference, ropts []remote.Option) string {
 		}
 	}
 	return strings.Join(list, ", ")
-}
-
-// describeRegistryError makes authentication failures easy to recognise.
-func describeRegistryError(r name.Reference, auth authn.Authenticator, terr *transport.Error) error {
-	err := error(terr)
-	registry := r.Context().RegistryStr()
-	switch terr.StatusCode {
-	case http.StatusUnauthorized:
-		if auth == authn.Anonymous {
-			return fmt.Errorf("registry %s requires authentication (no credentials given): %w", registry, err)
-		}
-		return fmt.Errorf("registry %s rejected the credentials: %w", registry, err)
-	case http.StatusForbidden:
-		return fmt.Errorf("registry %s denied access: %w", registry, err)
-	case http.StatusNotFound:
-		return fmt.Errorf("image not found in registry %s: %w", registry, err)
-	}
-	return err
 }
 
 // layoutCandidate is an image manifest found in an OCI layout.

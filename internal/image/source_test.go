@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -96,7 +97,35 @@ func newRegistry(t testing.TB, wrap func(http.Handler) http.Handler) string {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	host := strings.TrimPrefix(srv.URL, "http://")
+	testHosts.Lock()
+	testHosts.list = append(testHosts.list, host)
+	testHosts.Unlock()
+	return host
+}
+
+// testHosts are the registries newRegistry started: local, so refused by the
+// default policy.
+var testHosts struct {
+	sync.Mutex
+	list []string
+}
+
+// local returns a policy that allows every registry newRegistry started,
+// over plain HTTP.
+func local(t testing.TB) *Policy {
+	t.Helper()
+	testHosts.Lock()
+	defer testHosts.Unlock()
+	var regs []Registry
+	for _, h := range testHosts.list {
+		regs = append(regs, Registry{Host: h, Insecure: true})
+	}
+	p, err := NewPolicy(regs, nil, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func push(t testing.TB, ref string, img v1.Image, opts ...remote.Option) {
@@ -136,14 +165,14 @@ func TestFromRegistry(t *testing.T) {
 	img := testImage(t)
 	push(t, host+"/test/app:v1", img)
 
-	got, err := FromRegistry(ctx, host+"/test/app:v1", RegistryOptions{Insecure: true})
+	got, err := local(t).FromRegistry(ctx, host+"/test/app:v1", RegistryOptions{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if digestOf(t, got) != digestOf(t, img) {
 		t.Errorf("pulled digest %s, pushed %s", digestOf(t, got), digestOf(t, img))
 	}
-	byDigest, err := FromRegistry(ctx, host+"/test/app@"+digestOf(t, img).String(), RegistryOptions{Insecure: true, Platform: "linux/arm64"})
+	byDigest, err := local(t).FromRegistry(ctx, host+"/test/app@"+digestOf(t, img).String(), RegistryOptions{Insecure: true, Platform: "linux/arm64"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +189,7 @@ func TestFromRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		for plat, want := range map[string]v1.Image{"": amd, "linux/amd64": amd, "linux/arm64": arm, "linux/arm/v7": armv7} {
-			got, err := FromRegistry(ctx, host+"/test/multi:latest", RegistryOptions{Insecure: true, Platform: plat})
+			got, err := local(t).FromRegistry(ctx, host+"/test/multi:latest", RegistryOptions{Insecure: true, Platform: plat})
 			if err != nil {
 				t.Fatalf("platform %q: %v", plat, err)
 			}
@@ -168,7 +197,7 @@ func TestFromRegistry(t *testing.T) {
 				t.Errorf("platform %q: got another image", plat)
 			}
 		}
-		_, err := FromRegistry(ctx, host+"/test/multi:latest", RegistryOptions{Insecure: true, Platform: "linux/s390x"})
+		_, err := local(t).FromRegistry(ctx, host+"/test/multi:latest", RegistryOptions{Insecure: true, Platform: "linux/s390x"})
 		if err == nil {
 			t.Fatal("missing platform accepted")
 		}
@@ -187,7 +216,7 @@ func TestFromRegistry(t *testing.T) {
 			{host + "/test/app:v1", RegistryOptions{Insecure: true, Platform: "linux"}, "platform"},
 			{host + "/test/app:v1", RegistryOptions{Insecure: true, Username: "u", Token: "t"}, "not both"},
 		} {
-			_, err := FromRegistry(ctx, c.ref, c.opts)
+			_, err := local(t).FromRegistry(ctx, c.ref, c.opts)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s %+v: err = %v, want %q", c.ref, c.opts, err, c.want)
 			}
@@ -228,7 +257,7 @@ func TestFromRegistryBasicAuth(t *testing.T) {
 	push(t, host+"/private/app:v1", img, remote.WithAuth(&authn.Basic{Username: "alice", Password: "s3cret"}))
 	ref := host + "/private/app:v1"
 
-	_, err := FromRegistry(ctx, ref, RegistryOptions{Insecure: true})
+	_, err := local(t).FromRegistry(ctx, ref, RegistryOptions{Insecure: true})
 	if err == nil {
 		t.Fatal("pull without credentials succeeded")
 	}
@@ -237,12 +266,12 @@ func TestFromRegistryBasicAuth(t *testing.T) {
 	}
 	t.Log(err)
 
-	_, err = FromRegistry(ctx, ref, RegistryOptions{Insecure: true, Username: "alice", Password: "wrong"})
+	_, err = local(t).FromRegistry(ctx, ref, RegistryOptions{Insecure: true, Username: "alice", Password: "wrong"})
 	if err == nil || !strings.Contains(err.Error(), "rejected the credentials") {
 		t.Errorf("wrong password: err = %v", err)
 	}
 
-	got, err := FromRegistry(ctx, ref, RegistryOptions{Insecure: true, Username: "alice", Password: "s3cret"})
+	got, err := local(t).FromRegistry(ctx, ref, RegistryOptions{Insecure: true, Username: "alice", Password: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,10 +320,10 @@ func TestFromRegistryToken(t *testing.T) {
 			io.Copy(w, resp.Body)
 		}))
 	})
-	if _, err := FromRegistry(ctx, proxyHost+"/tok/app:v1", RegistryOptions{Insecure: true, Token: "bad"}); err == nil {
+	if _, err := local(t).FromRegistry(ctx, proxyHost+"/tok/app:v1", RegistryOptions{Insecure: true, Token: "bad"}); err == nil {
 		t.Error("wrong token accepted")
 	}
-	got, err := FromRegistry(ctx, proxyHost+"/tok/app:v1", RegistryOptions{Insecure: true, Token: "tok3n"})
+	got, err := local(t).FromRegistry(ctx, proxyHost+"/tok/app:v1", RegistryOptions{Insecure: true, Token: "tok3n"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/crashpoint"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
 )
@@ -92,6 +93,9 @@ type CreateRequest struct {
 	// Isolation names the backend ("native", "gvisor"); empty means the
 	// manager's default.
 	Isolation string
+	// EnvdKey is the API key the E2B envd access token is bound to (see
+	// store.Sandbox.EnvdKey); "" binds none yet.
+	EnvdKey string
 }
 
 // Manager runs sandboxes on its backends.
@@ -334,7 +338,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: bk.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
-		CreatedAt: now, ExpiresAt: now.Add(req.Timeout),
+		CreatedAt: now, ExpiresAt: now.Add(req.Timeout), EnvdKey: req.EnvdKey,
 	}
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
@@ -460,7 +464,7 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
-		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw,
+		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw, EnvdKey: req.EnvdKey,
 	}
 	// The network first: a failure here leaves no record, and the caller
 	// boots a sandbox instead, as for any unusable pooled one.
@@ -721,6 +725,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 	if err := p.Pause(ctx, h); err != nil {
 		return store.Sandbox{}, fmt.Errorf("pause: %w", err)
 	}
+	crashpoint.At(crashpoint.PauseBeforeStore) // Recover's reconcile fixes the record
 	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State) != StateRunning {
 			return &StateError{ID: id, State: State(s.State), Want: string(StateRunning)}
@@ -929,9 +934,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 		m.kill(ctx, sb.ID, StateStopped, "killed (completed after a daemon restart)", true)
 		return true
 	}
-	if State(sb.State) == StateStarting {
-		m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error { s.State = string(StateRunning); return nil })
-	}
+	m.reconcile(ctx, sb, b, h)
 	// The network stack lived in the old daemon: give the sandbox a new
 	// link with its stored policy.
 	if err := m.attachNetwork(ctx, sb.ID, h, policyOf(sb)); err != nil {
@@ -940,6 +943,44 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 	go m.watch(sb.ID, h)
 	m.forwardEvents(sb.ID, h)
 	return true
+}
+
+// reconcile makes a recovered sandbox's record say what its backend says:
+// a crash between a backend's pause or resume and the store's write leaves
+// a paused sandbox recorded running, or the reverse, and then exec, pause
+// and resume all refuse it. A sandbox recorded starting is running.
+func (m *Manager) reconcile(ctx context.Context, sb store.Sandbox, b backend.Backend, h backend.Handle) {
+	var want State
+	switch bs, err := b.Status(ctx, h); {
+	case err == nil && bs == backend.StatePaused:
+		want = StatePaused
+	case err == nil && bs == backend.StateRunning, State(sb.State) == StateStarting:
+		want = StateRunning
+	default:
+		return
+	}
+	if State(sb.State) == want {
+		return
+	}
+	m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+		cur := State(s.State)
+		if cur != StateStarting && cur != StateRunning && cur != StatePaused {
+			return nil
+		}
+		if cur == StatePaused && want == StateRunning {
+			// As Resume: a fresh timeout.
+			if t := s.Lifecycle.Timeout; t > 0 {
+				if exp := time.Now().UTC().Add(t); s.ExpiresAt.Before(exp) {
+					s.ExpiresAt = exp
+				}
+			}
+		}
+		if cur != want {
+			m.log.Info("sandbox state corrected after restart", "sandbox", sb.ID, "recorded", cur, "backend", want)
+		}
+		s.State = string(want)
+		return nil
+	})
 }
 
 // forwardEvents passes the backend's resource events to OnEvent.

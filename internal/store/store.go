@@ -166,6 +166,11 @@ type Sandbox struct {
 	// Handle is the backend's serialised handle (versioned JSON the backend
 	// owns), used to re-attach after a daemon restart. nil when unset.
 	Handle json.RawMessage
+
+	// EnvdKey is the ID of the API key the sandbox's E2B envd access token
+	// is bound to ("" until one is): the token works only while that key
+	// is valid (internal/e2b).
+	EnvdKey string
 }
 
 // SandboxFilter selects sandboxes in ListSandboxes. Zero fields match

@@ -26,7 +26,50 @@ import (
 var (
 	ErrBuiltin     = errors.New("built-in template")
 	ErrInvalidName = errors.New("invalid template name")
+	// ErrNotOwner refuses a change to a tag the caller does not own: one
+	// another principal created, or a shared one (owner none: built-in,
+	// created by an admin, or older than tag ownership) that only admins
+	// change.
+	ErrNotOwner = errors.New("template tag is not yours")
 )
+
+// Actor is who changes a tag: the principal, and whether it holds the
+// admin scope. Admins may change every tag but base; the tags they create
+// are shared (no owner). Other principals own the tags they create and may
+// change only those.
+type Actor struct {
+	Principal string
+	Admin     bool
+}
+
+// canWrite reports whether by may re-point or remove a tag with owner.
+func (by Actor) canWrite(owner string) bool {
+	return by.Admin || (owner != "" && owner == by.Principal)
+}
+
+// tagEntry is one tag of tags.json: the manifest it points at and the
+// principal that owns it ("" for a shared tag only admins change). The
+// format before ownership mapped names to bare manifest ids; such entries
+// read as shared.
+type tagEntry struct {
+	ID    string `json:"id"`
+	Owner string `json:"owner,omitempty"`
+}
+
+func (e *tagEntry) UnmarshalJSON(b []byte) error {
+	var id string
+	if err := json.Unmarshal(b, &id); err == nil {
+		*e = tagEntry{ID: id}
+		return nil
+	}
+	type plain tagEntry
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*e = tagEntry(p)
+	return nil
+}
 
 // Layout of the store under its root (mode 0700: layers hold image files,
 // set-user-ID binaries included, that no host user may reach):
@@ -35,7 +78,7 @@ var (
 //	layers/<hex>/           one layer tree per content id, in overlayfs form
 //	layers/<hex>.json       its size, computed once when it is published
 //	manifests/<hex>.json    one template version per content id
-//	tags.json               "name:tag" -> manifest id
+//	tags.json               "name:tag" -> {manifest id, owner principal}
 //	cache/<hex>.json        the build cache: a step's key -> the layers it made
 //	tmp/                    layers and build uppers being written
 const (
@@ -98,6 +141,7 @@ type Info struct {
 	Layers   int       `json:"layers"`
 	Size     int64     `json:"size"` // bytes of all its layers in the store
 	Builtin  bool      `json:"builtin,omitempty"`
+	Owner    string    `json:"owner,omitempty"`    // the principal that owns the tag; "" for a shared tag only admins change
 	Manifest *Manifest `json:"manifest,omitempty"` // set by Inspect
 }
 
@@ -141,7 +185,7 @@ type Store struct {
 	gcRunning bool
 
 	mu        sync.Mutex
-	tags      map[string]string // "name:tag" -> manifest id
+	tags      map[string]tagEntry // "name:tag" -> manifest id and owner
 	manifests map[string]*Manifest
 	putting   map[string]*sync.Mutex
 	base      *Template
@@ -161,7 +205,7 @@ func OpenStore(root string) (*Store, error) {
 	if err := os.Chmod(root, 0o700); err != nil {
 		return nil, fmt.Errorf("template store: %w", err)
 	}
-	s := &Store{root: root, tags: map[string]string{}, manifests: map[string]*Manifest{}, putting: map[string]*sync.Mutex{}}
+	s := &Store{root: root, tags: map[string]tagEntry{}, manifests: map[string]*Manifest{}, putting: map[string]*sync.Mutex{}}
 	s.pinCond = sync.NewCond(&s.pinMu)
 	b, err := os.ReadFile(filepath.Join(root, tagsFile))
 	switch {
@@ -171,6 +215,9 @@ func OpenStore(root string) (*Store, error) {
 	default:
 		if err := json.Unmarshal(b, &s.tags); err != nil {
 			return nil, fmt.Errorf("read tags: %w", err)
+		}
+		if s.tags == nil {
+			s.tags = map[string]tagEntry{}
 		}
 	}
 	// Leftovers of a crash: nothing can be writing yet.
@@ -378,30 +425,80 @@ func (s *Store) Manifest(id string) (*Manifest, error) {
 	return m, nil
 }
 
-// Tag points name (as "name" or "name:tag") at manifest id.
-func (s *Store) Tag(name, id string) error {
-	n, tag, err := ParseName(name)
+// CheckTag reports whether by may point name at a template: nil when the
+// tag is new or by may change it, else an error wrapping ErrNotOwner (or
+// ErrBuiltin, ErrInvalidName). Imports and builds call it before they
+// start; Tag checks again when it writes.
+func (s *Store) CheckTag(name string, by Actor) error {
+	key, err := tagKey(name, "replaced")
 	if err != nil {
-		return err
-	}
-	if n == BaseName {
-		return fmt.Errorf("%w: %q cannot be replaced", ErrBuiltin, BaseName)
-	}
-	if _, err := s.Manifest(id); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tags := maps.Clone(s.tags)
-	tags[n+":"+tag] = id
-	if err := s.saveTags(tags); err != nil {
-		return err
-	}
-	s.tags = tags
-	return nil
+	return checkOwner(key, s.tags, by)
 }
 
-func (s *Store) saveTags(tags map[string]string) error {
+// tagKey returns "name:tag" for a name that may be written.
+func tagKey(name, verb string) (string, error) {
+	n, tag, err := ParseName(name)
+	if err != nil {
+		return "", err
+	}
+	if n == BaseName {
+		return "", fmt.Errorf("%w: %q cannot be %s", ErrBuiltin, BaseName, verb)
+	}
+	return n + ":" + tag, nil
+}
+
+// checkOwner refuses a change by `by` to an existing tag it may not write.
+func checkOwner(key string, tags map[string]tagEntry, by Actor) error {
+	e, ok := tags[key]
+	if !ok || by.canWrite(e.Owner) {
+		return nil
+	}
+	if e.Owner == "" {
+		return fmt.Errorf("%w: %s is shared: only an admin may change it", ErrNotOwner, key)
+	}
+	return fmt.Errorf("%w: %s is owned by principal %s", ErrNotOwner, key, e.Owner)
+}
+
+// Tag points name (as "name" or "name:tag") at manifest id on behalf of by
+// and returns the manifest id it pointed at before ("" for a new tag). A
+// new tag is owned by by.Principal, or shared when by is an admin; an
+// existing tag keeps its owner, and only its owner or an admin may
+// re-point it (ErrNotOwner, and nothing changes, for anyone else).
+func (s *Store) Tag(name, id string, by Actor) (old string, err error) {
+	key, err := tagKey(name, "replaced")
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.Manifest(id); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := checkOwner(key, s.tags, by); err != nil {
+		return "", err
+	}
+	e, ok := s.tags[key]
+	if !ok && !by.Admin {
+		if by.Principal == "" {
+			return "", fmt.Errorf("%w: %s: no principal to own it", ErrNotOwner, key)
+		}
+		e.Owner = by.Principal
+	}
+	old, e.ID = e.ID, id
+	tags := maps.Clone(s.tags)
+	tags[key] = e
+	if err := s.saveTags(tags); err != nil {
+		return "", err
+	}
+	s.tags = tags
+	return old, nil
+}
+
+func (s *Store) saveTags(tags map[string]tagEntry) error {
 	b, err := json.MarshalIndent(tags, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode tags: %w", err)
@@ -423,12 +520,12 @@ func (s *Store) Resolve(name string) (string, error) {
 		return "", fmt.Errorf("template %q: %w", name, ErrUnknown)
 	}
 	s.mu.Lock()
-	id, ok := s.tags[n+":"+tag]
+	e, ok := s.tags[n+":"+tag]
 	s.mu.Unlock()
 	if !ok {
 		return "", fmt.Errorf("template %q: %w", name, ErrUnknown)
 	}
-	return id, nil
+	return e.ID, nil
 }
 
 // Get returns the template called name: "base", a tagged name, or a
@@ -509,10 +606,11 @@ func (s *Store) List() ([]Info, error) {
 	tags := maps.Clone(s.tags)
 	s.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(tags)) {
-		in, err := s.info(name, tags[name])
+		in, err := s.info(name, tags[name].ID)
 		if err != nil {
 			return nil, err
 		}
+		in.Owner = tags[name].Owner
 		out = append(out, in)
 	}
 	return out, nil
@@ -540,6 +638,13 @@ func (s *Store) Inspect(name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if n, tag, err := ParseName(name); err == nil {
+		s.mu.Lock()
+		if e, ok := s.tags[n+":"+tag]; ok && e.ID == id {
+			in.Owner = e.Owner
+		}
+		s.mu.Unlock()
+	}
 	in.Manifest, err = s.Manifest(id)
 	return in, err
 }
@@ -556,8 +661,10 @@ func (s *Store) info(name, id string) (Info, error) {
 	return in, nil
 }
 
-// Remove deletes the tag name. The layers stay until GC finds them unused.
-func (s *Store) Remove(name string) (string, error) {
+// Remove deletes the tag name on behalf of by and returns the manifest id
+// it pointed at. Only the tag's owner or an admin may remove it
+// (ErrNotOwner). The layers stay until GC finds them unused.
+func (s *Store) Remove(name string, by Actor) (string, error) {
 	n, tag, err := ParseName(name)
 	if err != nil {
 		return "", fmt.Errorf("template %q: %w", name, ErrUnknown)
@@ -568,10 +675,14 @@ func (s *Store) Remove(name string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := n + ":" + tag
-	id, ok := s.tags[key]
+	e, ok := s.tags[key]
 	if !ok {
 		return "", fmt.Errorf("template %q: %w", name, ErrUnknown)
 	}
+	if err := checkOwner(key, s.tags, by); err != nil {
+		return "", err
+	}
+	id := e.ID
 	tags := maps.Clone(s.tags)
 	delete(tags, key)
 	if err := s.saveTags(tags); err != nil {
@@ -588,6 +699,9 @@ type GCReport struct {
 	CacheItems int   `json:"cache_entries_removed"`
 	Bytes      int64 `json:"bytes_freed"`
 	KeptLayers int   `json:"layers_kept"`
+	// RemovedManifests are the ids of the template versions removed, for
+	// the audit log.
+	RemovedManifests []string `json:"-"`
 }
 
 // GC removes manifests that no tag names and inUse does not return (the
@@ -615,8 +729,8 @@ func (s *Store) GC(inUse func() (map[string]bool, error)) (GCReport, error) {
 	}
 	s.mu.Lock()
 	keep := map[string]bool{}
-	for _, id := range s.tags {
-		keep[id] = true
+	for _, e := range s.tags {
+		keep[e.ID] = true
 	}
 	s.mu.Unlock()
 	for id := range live {
@@ -640,6 +754,7 @@ func (s *Store) GC(inUse func() (map[string]bool, error)) (GCReport, error) {
 			delete(s.manifests, id)
 			s.mu.Unlock()
 			rep.Manifests++
+			rep.RemovedManifests = append(rep.RemovedManifests, id)
 			continue
 		}
 		m, err := s.Manifest(id)
@@ -713,8 +828,8 @@ func (s *Store) DiskUsage() (Usage, error) {
 	s.mu.Unlock()
 	users := map[string]int{}
 	layersOf := map[string][]string{}
-	for name, id := range tags {
-		m, err := s.Manifest(id)
+	for name, e := range tags {
+		m, err := s.Manifest(e.ID)
 		if err != nil {
 			return u, err
 		}

@@ -20,6 +20,7 @@ type Template struct {
 	Layers   int               `json:"layers"`
 	Size     int64             `json:"size"`
 	Builtin  bool              `json:"builtin,omitempty"`
+	Owner    string            `json:"owner,omitempty"` // principal that may re-point or remove the tag; "" for a shared tag only admins change
 	Manifest *TemplateManifest `json:"manifest,omitempty"`
 }
 
@@ -99,7 +100,8 @@ type BuildRequest struct {
 	CPUMillis  int64
 	MemoryMB   int64
 	DiskMB     int64
-	// InsecureRegistry allows plain-HTTP registries for FROM images.
+	// InsecureRegistry asks for plain HTTP for FROM images; the daemon honours
+	// it only for registries its registries.allow lists with insecure: true.
 	InsecureRegistry bool
 	// Network of the RUN steps: "" or "none" (loopback only), "open", or "allowlist"
 	// with Allow (host names, ports 80 and 443).
@@ -114,7 +116,7 @@ type ImportRequest struct {
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
 	Token    string `json:"token,omitempty"`
-	Insecure bool   `json:"insecure,omitempty"` // plain HTTP
+	Insecure bool   `json:"insecure,omitempty"` // plain HTTP; only for registries the daemon allows it for
 	Platform string `json:"platform,omitempty"` // default linux/amd64
 	// Start makes the image's ENTRYPOINT and CMD the template's start command.
 	Start bool `json:"start,omitempty"`

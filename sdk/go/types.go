@@ -361,6 +361,7 @@ const (
 	ScopeFilesWrite      = "files:write"
 	ScopeKeysManage      = "keys:manage"
 	ScopeAuditRead       = "audit:read"
+	ScopeMetricsRead     = "metrics:read" // GET /metrics
 	ScopeAdmin           = "admin"
 )
 

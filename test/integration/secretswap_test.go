@@ -83,7 +83,7 @@ func testSecretSwap(t *testing.T, up *fakeUpstream, iso string) {
 		if !intercepted {
 			ca = "--cacert /tmp/upstream-ca.pem "
 		}
-		script := `curl -sS --max-time 10 ` + ca + `-H "Authorization: Bearer $API_KEY" https://` + host + `/echo`
+		script := `curl -sS -i --max-time 10 ` + ca + `-H "Authorization: Bearer $API_KEY" https://` + host + `/echo`
 		res, err := c.Exec(ctx, sb.ID, warden.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}}, warden.ExecIO{Stdout: &o, Stderr: &e})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("%s: %v exit %d: %s %s\n%s", host, err, res.ExitCode, o.String(), e.String(), d.log)
@@ -98,6 +98,11 @@ func testSecretSwap(t *testing.T, up *fakeUpstream, iso string) {
 	}
 	if strings.Contains(out, value) || !strings.Contains(out, "you sent: Bearer "+g.Placeholder) {
 		t.Errorf("the echo reached the sandbox as %q: want it scrubbed to the placeholder", out)
+	}
+	// In header and trailer names (curl -i prints both), in any case.
+	lout := strings.ToLower(out)
+	if strings.Contains(lout, strings.ToLower(value)) || !strings.Contains(lout, "x-leak-"+g.Placeholder+": 1") || !strings.Contains(lout, "x-trail-"+g.Placeholder+": t") {
+		t.Errorf("the echo's header and trailer names reached the sandbox as %q: want them scrubbed to the placeholder", out)
 	}
 	// A host the grant does not name: the placeholder, unchanged.
 	out = call("other.example.test", false)
@@ -225,7 +230,15 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 		u.mu.Lock()
 		u.auth[r.TLS.ServerName] = a
 		u.mu.Unlock()
+		// The credential also goes back in a header name and a trailer
+		// name, which servers canonicalize ("X-Leak-Sk-Live-..."): the
+		// broker scrubs names in any case.
+		token := strings.TrimPrefix(a, "Bearer ")
+		w.Header().Set("X-Leak-"+token, "1")
+		w.Header().Set("Trailer", "X-Trail-"+token)
 		fmt.Fprintf(w, "you sent: %s\n", a)
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Trail-"+token, "t")
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })

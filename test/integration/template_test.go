@@ -191,14 +191,16 @@ func checkImageSandbox(t *testing.T, c *warden.Client, tmpl string) {
 
 func TestTemplates(t *testing.T) {
 	state, run := newDirs(t)
-	d := startDaemon(t, state, run)
+	// The test registry is on loopback: wardend pulls from it only because
+	// the configuration allows it (over plain HTTP).
+	reg := httptest.NewServer(registry.New())
+	defer reg.Close()
+	d := startDaemon(t, state, run, allowRegistries(t, strings.TrimPrefix(reg.URL, "http://"))...)
 	c := d.client(t, d.adminKey)
 	tool := buildImageTool(t)
 	img := testImage(t, tool)
 
 	t.Run("ImportRegistry", func(t *testing.T) {
-		reg := httptest.NewServer(registry.New())
-		defer reg.Close()
 		ref, err := name.ParseReference(strings.TrimPrefix(reg.URL, "http://")+"/warden/tool:1", name.Insecure)
 		if err != nil {
 			t.Fatal(err)

@@ -34,6 +34,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
+	"github.com/warden-sandbox/warden/internal/image"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
@@ -196,12 +197,18 @@ func From(err error) *Error {
 		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNoNetwork.Error()), err)
 	case errors.Is(err, sandbox.ErrNotReady):
 		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNotReady.Error()), err)
+	case errors.Is(err, image.ErrRegistryDenied):
+		return Wrap(CodeForbidden, fromFirst(err, build.ErrBuild.Error()), err)
+	case errors.Is(err, image.ErrLimit):
+		return Wrap(CodePayloadTooLarge, fromFirst(err, build.ErrBuild.Error()), err)
 	case errors.Is(err, build.ErrBuild):
 		return Wrap(CodeValidationFailed, fromFirst(err, build.ErrBuild.Error()), err)
 	case errors.Is(err, template.ErrInvalidName):
 		return Wrap(CodeValidationFailed, fromFirst(err, template.ErrInvalidName.Error()), err)
 	case errors.Is(err, template.ErrBuiltin):
 		return Wrap(CodeConflict, fromFirst(err, template.ErrBuiltin.Error()), err)
+	case errors.Is(err, template.ErrNotOwner):
+		return Wrap(CodeForbidden, fromFirst(err, template.ErrNotOwner.Error()), err)
 	case errors.Is(err, sandbox.ErrCapacity):
 		return Wrap(CodeUnavailable, "no capacity for another sandbox; try again later", err)
 	case errors.Is(err, backend.ErrUnsupported):

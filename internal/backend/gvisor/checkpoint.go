@@ -25,6 +25,13 @@ package gvisor
 // once the agent answers. If it fails, whatever started is killed and the
 // image stays for a retry.
 //
+// A daemon crash anywhere in that sequence is made good at the next start:
+// the sandbox's run directory holds a "pausing" marker from before step 1
+// until the sandbox is on disk with its handle saying so (or running
+// again), and Recover finishes the pause if the image was renamed into
+// place, undoes it if the sentry still runs (recoverInterrupted), and
+// reports the sandbox lost, cleaned up, if neither.
+//
 // Fork (Snapshot, then Create and StartFrom for each new sandbox) writes the same image into
 // a snapshot directory while the source keeps running, and restores it into
 // new sandboxes, each with its own run directory, host cgroup, writable
@@ -45,6 +52,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,6 +60,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
 	"github.com/warden-sandbox/warden/internal/backend/hostproc"
+	"github.com/warden-sandbox/warden/internal/crashpoint"
 )
 
 var _ backend.Snapshotter = (*Backend)(nil)
@@ -79,8 +88,16 @@ func (b *Backend) suspendAgent(ctx context.Context, st handleData) error {
 	os.Remove(marker)
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			// SuspendPath is on the init's own socket, never on the agent's
+			// (which the daemon relays client requests to). An init booted
+			// by an older Warden (a sandbox restored from its image) has
+			// none and serves it on the agent's.
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", st.socket())
+			c, err := d.DialContext(ctx, "unix", filepath.Join(st.control(), ginit.ControlSocketName))
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+				return d.DialContext(ctx, "unix", st.socket())
+			}
+			return c, err
 		}}, Timeout: 5 * time.Second}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+ginit.SuspendPath, nil)
 	resp, err := hc.Do(req)
@@ -131,12 +148,23 @@ func (b *Backend) wakeAgent(ctx context.Context, bx *box) error {
 
 // writeImage checkpoints the running sandbox into dir, leaving it paused:
 // the agent suspended, every task stopped. On failure it is running again.
+// It leaves the pausing marker (see Recover) for the caller to clear once
+// the sandbox is either on disk or running again.
 func (b *Backend) writeImage(ctx context.Context, bx *box, dir string) (err error) {
 	r := b.runscFor(bx.state, 1)
+	if err := markPausing(bx.state); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			clearPausing(bx.state) // after undoPause (deferred later, run first)
+		}
+	}()
 	if err := b.suspendAgent(ctx, bx.state); err != nil {
 		b.wakeAgent(context.WithoutCancel(ctx), bx)
 		return err
 	}
+	crashpoint.At(crashpoint.PauseAfterSuspend)
 	if _, err := r.run(ctx, "pause", bx.id); err != nil {
 		b.wakeAgent(context.WithoutCancel(ctx), bx)
 		return err
@@ -150,7 +178,11 @@ func (b *Backend) writeImage(ctx context.Context, bx *box, dir string) (err erro
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if _, err := r.run(ctx, "checkpoint", "--leave-running", "--compression=none", "--image-path="+dir, bx.id); err != nil {
+	args := []string{"checkpoint", "--leave-running", "--compression=none", "--image-path=" + dir, bx.id}
+	if crashpoint.Armed(crashpoint.PauseMidCheckpoint) {
+		crashMidCheckpoint(r, dir, args)
+	}
+	if _, err := r.run(ctx, args...); err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -167,6 +199,163 @@ func (b *Backend) undoPause(ctx context.Context, bx *box) {
 	rctx := context.WithoutCancel(ctx)
 	b.runscFor(bx.state, 1).run(rctx, "resume", bx.id)
 	b.wakeAgent(rctx, bx)
+}
+
+// pausingName is the marker of a pause (or snapshot) in progress, in the
+// sandbox's run directory: written before the agent is asked to suspend,
+// removed once the sandbox is on disk with its handle saying so, or running
+// again. A daemon crash leaves it, and Recover then finishes or undoes the
+// pause (see recoverInterrupted).
+const pausingName = "pausing"
+
+func (st handleData) pausing() string { return filepath.Join(st.Dir, pausingName) }
+
+// markPausing writes the pausing marker and flushes it with its directory.
+func markPausing(st handleData) error {
+	f, err := os.OpenFile(st.pausing(), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	d, err := os.Open(st.Dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func clearPausing(st handleData) { os.Remove(st.pausing()) }
+
+// crashMidCheckpoint is the test hook crashpoint.PauseMidCheckpoint: it
+// starts runsc checkpoint, waits until runsc has created the image's files
+// (it then hands them to the sentry, which writes the image), and SIGKILLs
+// runsc and the daemon at once, as systemd ends a crashed unit's cgroup.
+func crashMidCheckpoint(r runsc, dir string, args []string) {
+	cmd := r.command(context.Background(), args...)
+	if err := cmd.Start(); err == nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if st, err := os.Stat(filepath.Join(dir, "pages.img")); err == nil && st.Size() > 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cmd.Process.Kill()
+	}
+	crashpoint.Crash()
+}
+
+// recoverInterrupted finishes or undoes, after a daemon restart, a pause or
+// snapshot the daemon's stop interrupted while the sandbox's sentry (still
+// alive: the caller checked) was being checkpointed. Where the crash can
+// have landed, and what is left:
+//
+//   - after the marker, before or during the agent's suspension: the agent
+//     serves, is closing its host sockets, or has closed them;
+//   - after runsc pause: the kernel is stopped too (runsc state "paused");
+//   - during runsc checkpoint: the sentry writes the image itself through
+//     descriptors runsc passed it, so it finishes the image (or fails) even
+//     when runsc died with the daemon; its own pause ends with the save,
+//     runsc pause's does not;
+//   - after the image is complete, before it is renamed into place: as
+//     above, with a complete image in Dir.new that nobody vouched for.
+//
+// (Once the image is renamed into place, Recover finishes the pause
+// instead: see recoverOnDisk.) Here the sandbox is rolled back: wait for a
+// save still writing, resume the kernel if runsc paused it, bring the
+// agent to its suspended state and wake it as a resume does, and drop the
+// partial image. On error the caller ends the sandbox.
+func (b *Backend) recoverInterrupted(ctx context.Context, bx *box, paused bool) error {
+	st := bx.state
+	if !b.waitSave(ctx, st.Pid, 2*time.Minute) {
+		return errors.New("the sentry was still writing a checkpoint after 2 minutes")
+	}
+	if paused {
+		if _, err := b.runscFor(st, 1).run(ctx, "resume", bx.id); err != nil {
+			return err
+		}
+	}
+	if err := b.reviveAgent(ctx, bx); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(b.checkpoint(bx.id) + ".new"); err != nil {
+		return fmt.Errorf("remove the partial checkpoint: %w", err)
+	}
+	clearPausing(st)
+	return nil
+}
+
+// waitSave waits until the sentry pid holds no file of a checkpoint image
+// open (gVisor closes them when its save ends), at most limit; it reports
+// whether it got there.
+func (b *Backend) waitSave(ctx context.Context, pid int, limit time.Duration) bool {
+	prefixes := []string{filepath.Clean(b.cfg.CheckpointDir) + "/", filepath.Join(b.cfg.RunDir, snapshotDir) + "/"}
+	deadline := time.Now().Add(limit)
+	for {
+		if !holdsUnder(pid, prefixes) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holdsUnder reports whether process pid has a file under one of prefixes
+// open (deleted ones included).
+func holdsUnder(pid int, prefixes []string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reviveAgent makes the agent of a running sandbox listen again whatever a
+// crash left it doing: serving, in the middle of a suspension, or
+// suspended. A wake (SIGUSR2) is lost on an agent that has accepted a
+// suspension but not yet started it, so the agent is first brought to the
+// suspended state, then woken as a resume does.
+func (b *Backend) reviveAgent(ctx context.Context, bx *box) error {
+	marker := filepath.Join(bx.state.control(), ginit.SuspendedName)
+	if _, err := os.Stat(marker); err != nil {
+		if err := b.suspendAgent(ctx, bx.state); err != nil {
+			// Refused: a suspension is under way (its listener is
+			// closed); it ends with the marker.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if _, err := os.Stat(marker); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("the agent is neither serving nor suspended: %w", err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	} else if healthy(ctx, bx.state.socket()) {
+		// It listened again just before the crash and had not yet removed
+		// the marker.
+		os.Remove(marker)
+		return nil
+	}
+	return b.wakeAgent(ctx, bx)
 }
 
 // syncDir flushes a directory's files and the directory itself to disk,
@@ -224,15 +413,23 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	if err := copyFileSync(filepath.Join(bx.state.Dir, specFile), filepath.Join(tmp, specFile)); err != nil {
 		os.RemoveAll(tmp)
 		b.undoPause(ctx, bx)
+		clearPausing(bx.state)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	// From here the image is the sandbox.
+	crashpoint.At(crashpoint.PauseBeforeRename)
+	// From here the image is the sandbox (a crash now is finished by
+	// Recover: the sandbox is paused).
 	os.RemoveAll(b.checkpoint(bx.id))
 	if err := os.Rename(tmp, b.checkpoint(bx.id)); err != nil {
 		os.RemoveAll(tmp)
 		b.undoPause(ctx, bx)
+		clearPausing(bx.state)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	if err := syncPath(b.cfg.CheckpointDir); err != nil {
+		b.logf(bx, "flush the checkpoint directory: %v", err)
+	}
+	crashpoint.At(crashpoint.PauseBeforeRecord)
 	bx.onDisk.Store(true)
 	bx.paused.Store(true)
 	bx.state.OnDisk = true
@@ -256,7 +453,18 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	if _, err := b.runscFor(bx.state, 1).run(context.WithoutCancel(ctx), "delete", "--force", bx.id); err != nil {
 		b.logf(bx, "runsc delete after checkpoint: %v", err)
 	}
+	clearPausing(bx.state)
 	return nil
+}
+
+// syncPath flushes a directory's entries.
+func syncPath(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Resume implements backend.Pauser: restore from the checkpoint.
@@ -473,6 +681,7 @@ func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.Snaps
 		os.RemoveAll(dir)
 		return backend.SnapshotRef{}, fmt.Errorf("resume after snapshot: %w", err)
 	}
+	clearPausing(bx.state)
 	raw, _ := json.Marshal(snapshotData{Dir: dir, Layers: bx.state.Layers})
 	return backend.SnapshotRef{ID: id, Data: raw}, nil
 }
@@ -539,8 +748,8 @@ func (b *Backend) StartFrom(ctx context.Context, h backend.Handle, ref backend.S
 }
 
 // plantControl creates what a restored image expects in the control
-// directory: the OOM counter and the agent's and watchdog's socket files
-// (bound and closed here; the agent binds them anew), and the suspended
+// directory: the OOM counter and the agent's, the init's and the watchdog's
+// socket files (bound and closed here; the init binds them anew), and the suspended
 // marker, which the agent removes once it listens.
 func plantControl(dir string) error {
 	for _, name := range []string{ginit.OOMFileName, ginit.SuspendedName} {
@@ -550,7 +759,7 @@ func plantControl(dir string) error {
 		}
 		f.Close()
 	}
-	for _, name := range []string{ginit.SocketName, ginit.WatchdogSocketName} {
+	for _, name := range []string{ginit.SocketName, ginit.ControlSocketName, ginit.WatchdogSocketName} {
 		ln, err := net.Listen("unix", filepath.Join(dir, name))
 		if err != nil {
 			return err
@@ -585,10 +794,16 @@ func (b *Backend) recoverOnDisk(ctx context.Context, bx *box) error {
 		cg.Kill()
 	}
 	b.runscFor(bx.state, 1).run(ctx, "delete", "--force", bx.id)
+	// A pause the crash interrupted after its image was in place is
+	// finished here: the image is complete, its sentry is gone now.
+	os.RemoveAll(b.checkpoint(bx.id) + ".new")
 	bx.state.Pid, bx.state.StartTime = 0, 0
+	bx.state.OnDisk = true
 	bx.onDisk.Store(true)
 	bx.paused.Store(true)
 	bx.exited = make(chan struct{})
 	close(bx.exited)
+	b.saveState(bx)
+	clearPausing(bx.state)
 	return nil
 }

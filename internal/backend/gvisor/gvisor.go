@@ -1215,6 +1215,9 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 			bx.pidfd = -1
 		}
 		b.cleanup(context.WithoutCancel(ctx), st, h.ID)
+		// A checkpoint a crash left half-written (a complete one is the
+		// sandbox, and never reaches here while readable).
+		os.RemoveAll(b.checkpoint(h.ID) + ".new")
 		b.forget(bx)
 		return fmt.Errorf("%s: %s: %w", h.ID, reason, backend.ErrLost)
 	}
@@ -1249,17 +1252,26 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	if st.Pid == 0 {
 		return lost("it never started")
 	}
+	// A pause or snapshot the daemon's stop interrupted before its image
+	// was in place (see recoverInterrupted).
+	exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
+	interrupted := exists(st.pausing()) || exists(b.checkpoint(h.ID)+".new") ||
+		exists(filepath.Join(st.control(), ginit.SuspendedName))
+	gone := "its sandbox is no longer running"
+	if interrupted {
+		gone = "the daemon stopped while it was being paused and its sandbox is no longer running; the checkpoint was incomplete"
+	}
 	if t, err := hostproc.StartTime(st.Pid); err != nil || t != st.StartTime {
-		return lost("its sandbox is no longer running")
+		return lost(gone)
 	}
 	fd, err := unix.PidfdOpen(st.Pid, 0)
 	if err != nil {
-		return lost("its sandbox is no longer running")
+		return lost(gone)
 	}
 	bx.pidfd = fd
 	// Re-check after opening the pidfd: the pid cannot be reused now.
 	if t, err := hostproc.StartTime(st.Pid); err != nil || t != st.StartTime {
-		return lost("its sandbox is no longer running")
+		return lost(gone)
 	}
 	cs, err := b.runscFor(st, 1).state(ctx, h.ID)
 	switch {
@@ -1274,9 +1286,23 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	if _, err := bx.group(); err != nil {
 		return lost(err.Error())
 	}
-	bx.paused.Store(cs.Status == "paused")
 	bx.exited = make(chan struct{})
 	go bx.watch(bx.pidfd, bx.exited)
+	// Only a checkpoint pauses a gvisor sandbox's kernel (runsc pause), and
+	// only until the sentry ends: paused here, it was interrupted too.
+	if interrupted || cs.Status == "paused" {
+		if err := b.recoverInterrupted(ctx, bx, cs.Status == "paused"); err != nil {
+			unix.PidfdSendSignal(bx.pidfd, unix.SIGKILL, nil, 0)
+			if cg, err := bx.group(); err == nil {
+				cg.Kill()
+			}
+			select {
+			case <-bx.exited:
+			case <-time.After(10 * time.Second):
+			}
+			return lost("the daemon stopped while it was being paused, and the pause could not be undone: " + err.Error())
+		}
+	}
 	go b.watchMemory(bx, bx.exited)
 	return nil
 }

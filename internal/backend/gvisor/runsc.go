@@ -24,9 +24,7 @@ const runTimeout = 30 * time.Second
 func (r runsc) run(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	// runsc logs to stdout by default, which carries the JSON of state and
-	// ps; what goes wrong is on stderr.
-	cmd := exec.CommandContext(ctx, r.path, append(append(append([]string{}, r.flags...), "--log=/dev/null"), args...)...)
+	cmd := r.command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
@@ -38,6 +36,13 @@ func (r runsc) run(ctx context.Context, args ...string) ([]byte, error) {
 		return out.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, msg)
 	}
 	return out.Bytes(), nil
+}
+
+// command is the command line of a runsc subcommand.
+func (r runsc) command(ctx context.Context, args ...string) *exec.Cmd {
+	// runsc logs to stdout by default, which carries the JSON of state and
+	// ps; what goes wrong is on stderr.
+	return exec.CommandContext(ctx, r.path, append(append(append([]string{}, r.flags...), "--log=/dev/null"), args...)...)
 }
 
 // containerState is the part of `runsc state` the backend reads.

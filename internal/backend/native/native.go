@@ -430,7 +430,9 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
 		Setsid:                     true,
 	}
-	if err := cmd.Start(); err != nil {
+	// The sandbox's user namespace is owned by the first uid of its own
+	// range, so its kernel per-user counts are its own (see userns.go).
+	if err := startOwned(cmd, st.UIDBase); err != nil {
 		return fmt.Errorf("start agent: %w", err)
 	}
 	childF.Close()

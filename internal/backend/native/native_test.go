@@ -2,12 +2,16 @@ package native_test
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/backendtest"
@@ -108,4 +112,73 @@ func hostPaths(t *testing.T, h backend.Handle) []string {
 
 func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths})
+}
+
+// nsGetOwnerUID is ioctl NS_GET_OWNER_UID (linux/nsfs.h: _IO(0xb7, 0x4)).
+const nsGetOwnerUID = 0xb704
+
+// TestUsernsOwner: each sandbox's user namespace is owned by the first uid
+// of its own host range, never by wardend's uid 0, so the kernel's per-user
+// counts (inotify instances, pending signals, mqueue bytes...) of one
+// sandbox are charged to a host uid of its own; and no thread of the
+// backend's process keeps the credentials it started them with.
+func TestUsernsOwner(t *testing.T) {
+	b := newBackend(t)
+	owners := map[uint32]string{}
+	for range 2 {
+		sb := backendtest.Start(t, backendtest.Factory{New: newBackend, Spec: baseSpec}, b, nil)
+		var hd struct {
+			UIDBase uint32 `json:"uid_base"`
+		}
+		if err := json.Unmarshal(sb.H.Data, &hd); err != nil || hd.UIDBase == 0 {
+			t.Fatalf("handle data %s: %v", sb.H.Data, err)
+		}
+		pid, err := b.(*native.Backend).PID(context.Background(), sb.H)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner, err := unix.IoctlGetUint32(fd, nsGetOwnerUID)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatalf("NS_GET_OWNER_UID: %v", err)
+		}
+		if owner != hd.UIDBase {
+			t.Errorf("sandbox %s: user namespace owned by host uid %d, want its own uid base %d (a namespace owned by root charges every sandbox's inotify instances and pending signals to host root)", sb.H.ID, owner, hd.UIDBase)
+		}
+		if other, dup := owners[owner]; dup {
+			t.Errorf("sandboxes %s and %s share the user namespace owner %d", other, sb.H.ID, owner)
+		}
+		owners[owner] = sb.H.ID
+	}
+	// The thread that started them has its own credentials back (it was
+	// ended, or, had it been the main thread, parked for good).
+	if bad := altered(t); len(bad) > 0 {
+		t.Fatalf("threads of the test process still carry altered credentials: %v", bad)
+	}
+}
+
+// altered lists this process's threads whose real, effective, saved or
+// filesystem uid is not 0.
+func altered(t *testing.T) []string {
+	tasks, err := filepath.Glob("/proc/self/task/*/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 5 && f[0] == "Uid:" && (f[1] != "0" || f[2] != "0" || f[3] != "0" || f[4] != "0") {
+				bad = append(bad, p+": "+line)
+			}
+		}
+	}
+	return bad
 }

@@ -239,7 +239,7 @@ func sandboxArgs(sb store.Sandbox) ([]any, string, error) {
 		sb.ID, sb.Template, sb.State, sb.Owner, sb.Backend, sb.CPUMillis, sb.MemoryMB, sb.DiskMB,
 		env, meta, sb.User, sb.Workdir,
 		nanos(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.ExpiresAt), nanos(sb.EndedAt), sb.EndReason, handle,
-		sb.TemplateID, lifecycle, string(sb.Network),
+		sb.TemplateID, lifecycle, string(sb.Network), sb.EnvdKey,
 	}, meta, nil
 }
 
@@ -263,7 +263,7 @@ func scanSandboxMeta(r scanner, meta *string) (store.Sandbox, error) {
 		netw                             string
 	)
 	err := r.Scan(&sb.ID, &sb.Template, &sb.State, &sb.Owner, &sb.Backend, &sb.CPUMillis, &sb.MemoryMB, &sb.DiskMB,
-		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle, &netw)
+		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle, &netw, &sb.EnvdKey)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

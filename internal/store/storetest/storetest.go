@@ -80,6 +80,7 @@ func newSandbox(id, owner string, created time.Time) store.Sandbox {
 		Metadata: map[string]string{"team": "infra"},
 		User:     "user", Workdir: "/home/user",
 		CreatedAt: created, ExpiresAt: created.Add(5 * time.Minute),
+		EnvdKey: "key-1",
 	}
 }
 
@@ -123,7 +124,7 @@ func sameSandbox(got, want store.Sandbox) error {
 		{"Owner", got.Owner, want.Owner}, {"Backend", got.Backend, want.Backend},
 		{"CPUMillis", got.CPUMillis, want.CPUMillis}, {"MemoryMB", got.MemoryMB, want.MemoryMB},
 		{"DiskMB", got.DiskMB, want.DiskMB}, {"User", got.User, want.User}, {"Workdir", got.Workdir, want.Workdir},
-		{"EndReason", got.EndReason, want.EndReason},
+		{"EndReason", got.EndReason, want.EndReason}, {"EnvdKey", got.EnvdKey, want.EnvdKey},
 	} {
 		if f.got != f.want {
 			return fmt.Errorf("%s = %v, want %v", f.name, f.got, f.want)

@@ -46,10 +46,14 @@ const (
 	// UpperDir is where the init mounts the tmpfs that holds those
 	// overlays' writable layers (unmounted again once they are mounted).
 	UpperDir = Dir + "/upper"
-	// SocketName, WatchdogSocketName and OOMFileName are the files in
-	// ControlDir: the agent's socket, the memory watchdog's (a connection
-	// tells it to look at the sandbox's memory now) and its OOM counter.
+	// SocketName, ControlSocketName, WatchdogSocketName and OOMFileName
+	// are the files in ControlDir: the agent's socket, the init's own
+	// host-only socket (SuspendPath; nothing else ever dials it, so no
+	// request relayed to the agent can reach it), the memory watchdog's (a
+	// connection tells it to look at the sandbox's memory now) and its OOM
+	// counter.
 	SocketName         = "agent.sock"
+	ControlSocketName  = "control.sock"
 	WatchdogSocketName = "watchdog.sock"
 	OOMFileName        = "oom_events"
 )

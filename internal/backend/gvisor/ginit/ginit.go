@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -65,7 +66,7 @@ func Run() error {
 		return err
 	}
 	close(ctlReady)
-	ln, wakeLn, err := ctl.listen()
+	ln, ctlLn, wakeLn, err := ctl.listen()
 	if err != nil {
 		return err
 	}
@@ -94,9 +95,9 @@ func Run() error {
 		go wd.run()
 	}
 	a := agent.New(cfg.Agent)
-	mux := http.NewServeMux()
-	mux.Handle("/", a.Handler())
-	mux.HandleFunc("POST "+SuspendPath, ctl.serveSuspend)
+	// The agent socket serves the agent protocol only; the host-only
+	// SuspendPath is on the init's own socket (see suspend.go).
+	handler := a.Handler()
 	slog.Info("agent serving", "hostname", cfg.Hostname)
 	for {
 		if wd != nil {
@@ -104,10 +105,12 @@ func Run() error {
 		} else {
 			wakeLn.Close()
 		}
-		srv := a.Server(ln, mux)
+		srv := a.Server(ln, handler)
+		ctlSrv := &http.Server{Handler: ctl.controlHandler(), ReadHeaderTimeout: 10 * time.Second}
 		ctl.mu.Lock()
-		ctl.srv, ctl.wakeLn = srv, wakeLn
+		ctl.srv, ctl.ctlSrv, ctl.wakeLn = srv, ctlSrv, wakeLn
 		ctl.mu.Unlock()
+		go ctlSrv.Serve(ctlLn)
 		err := srv.Serve(ln)
 		if !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -116,7 +119,7 @@ func Run() error {
 		// after the restore (or after a checkpoint that failed).
 		<-ctl.resume
 		slog.Info("agent listening again after a suspension")
-		if ln, wakeLn, err = ctl.listen(); err != nil {
+		if ln, ctlLn, wakeLn, err = ctl.listen(); err != nil {
 			return err
 		}
 		os.Remove(ctl.path(SuspendedName)) // the backend waits for this

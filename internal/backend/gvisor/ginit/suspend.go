@@ -15,11 +15,12 @@ import (
 //
 // gVisor cannot save a socket bound on the host (--host-uds=create), nor a
 // connection accepted on one, so before `runsc checkpoint` the backend asks
-// the agent to let go of every host-backed socket (POST SuspendPath, on the
-// agent's own connection, which only wardend holds): the init closes the
-// agent's and the watchdog's listeners and every connection they accepted,
-// then creates SuspendedName in the control directory, which the backend
-// waits for. It removes the file again once it listens after a resume. Processes and their pipes, in-sandbox sockets and files are
+// the agent to let go of every host-backed socket (POST SuspendPath on the
+// init's own socket, ControlSocketName, which only the gvisor backend
+// dials: requests the daemon relays to the agent socket, such as the E2B
+// proxy's, never reach it): the init closes the agent's, its own and the
+// watchdog's listeners and every connection they accepted, then creates
+// SuspendedName in the control directory, which the backend waits for. It removes the file again once it listens after a resume. Processes and their pipes, in-sandbox sockets and files are
 // untouched and are saved. After `runsc restore` (or a failed checkpoint)
 // the backend sends the init SIGUSR2 (`runsc kill`), and the init listens
 // again. A SIGUSR2 while serving does nothing, so sandbox code gains
@@ -43,7 +44,8 @@ type control struct {
 	dir *os.File // O_PATH descriptor of ControlDir, kept after it is hidden
 
 	mu        sync.Mutex
-	srv       *http.Server
+	srv       *http.Server // the agent's
+	ctlSrv    *http.Server // the init's own (SuspendPath)
 	wakeLn    net.Listener
 	suspended bool
 	resume    chan struct{}
@@ -54,9 +56,9 @@ func (c *control) path(name string) string {
 	return fmt.Sprintf("/proc/self/fd/%d/%s", c.dir.Fd(), name)
 }
 
-// listen binds the agent's and the watchdog's sockets in the control
-// directory (host sockets, through --host-uds=create).
-func (c *control) listen() (agentLn, wakeLn net.Listener, err error) {
+// listen binds the agent's, the init's own and the watchdog's sockets in
+// the control directory (host sockets, through --host-uds=create).
+func (c *control) listen() (agentLn, ctlLn, wakeLn net.Listener, err error) {
 	bind := func(name string) (net.Listener, error) {
 		p := c.path(name)
 		os.Remove(p) // the socket file of an earlier boot or of before a checkpoint
@@ -68,13 +70,25 @@ func (c *control) listen() (agentLn, wakeLn net.Listener, err error) {
 		return ln, nil
 	}
 	if agentLn, err = bind(SocketName); err != nil {
-		return nil, nil, fmt.Errorf("agent socket: %w", err)
+		return nil, nil, nil, fmt.Errorf("agent socket: %w", err)
+	}
+	if ctlLn, err = bind(ControlSocketName); err != nil {
+		agentLn.Close()
+		return nil, nil, nil, fmt.Errorf("control socket: %w", err)
 	}
 	if wakeLn, err = bind(WatchdogSocketName); err != nil {
 		agentLn.Close()
-		return nil, nil, fmt.Errorf("watchdog socket: %w", err)
+		ctlLn.Close()
+		return nil, nil, nil, fmt.Errorf("watchdog socket: %w", err)
 	}
-	return agentLn, wakeLn, nil
+	return agentLn, ctlLn, wakeLn, nil
+}
+
+// controlHandler serves the init's own socket: SuspendPath, nothing else.
+func (c *control) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+SuspendPath, c.serveSuspend)
+	return mux
 }
 
 // serveSuspend answers the backend, then closes every host socket.
@@ -96,6 +110,9 @@ func (c *control) suspend() {
 	}
 	c.suspended = true
 	c.srv.Close() // the listener and every connection, hijacked ones included
+	if c.ctlSrv != nil {
+		c.ctlSrv.Close() // this request's connection too: its answer is flushed
+	}
 	if c.wakeLn != nil {
 		c.wakeLn.Close()
 	}
