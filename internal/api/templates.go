@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -259,9 +260,11 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 		defer src.cleanup()
 	}
 	out := startNDJSON(w)
+	started := time.Now()
 	res, err := image.Import(r.Context(), src.img, ts, func(p image.Progress) {
 		out.send(templateEvent{Type: "progress", Phase: p.Phase, Layer: p.Layer, Index: p.Index, Count: p.Count, Current: p.Current, Total: p.Total, Cached: p.Cached})
 	})
+	s.metrics.templateOp("import", started, err)
 	if err != nil {
 		return out.fail(apierr.Validation("import: %v", err))
 	}
@@ -375,6 +378,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		return apierr.Validation("dockerfile %q: %v", dfPath, err)
 	}
 	out := startNDJSON(w)
+	started := time.Now()
 	res, err := s.cfg.Builder.Build(r.Context(), build.Request{
 		Dockerfile: df, Context: dir, Name: name, Args: args, NoCache: q.Get("no_cache") == "true", Limits: lim,
 		Registry: image.RegistryOptions{Insecure: q.Get("insecure_registry") == "true"},
@@ -382,6 +386,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	}, func(ev build.Event) {
 		out.send(templateEvent{Type: ev.Type, Step: ev.Step, Steps: ev.Steps, Line: ev.Line, Text: ev.Text, Stream: ev.Stream})
 	})
+	s.metrics.templateOp("build", started, err)
 	if err != nil {
 		return out.fail(err)
 	}
