@@ -33,5 +33,23 @@ if command -v npm >/dev/null 2>&1 && ! node -e 'require(require("path").join(pro
   npm install -g --silent typescript@5 >/dev/null
 fi
 
-# gVisor's runsc for the gvisor backend (a pinned source build; see the script).
-"$(dirname "$0")/install-runsc.sh"
+# gVisor's runsc for the gvisor backend (a pinned source build, about six
+# minutes; see the script). WARDEN_RUNSC picks how: sync (the default, what
+# scripts/test.sh needs: the gvisor tests run after it), background (what
+# scripts/run.sh uses: the build runs detached, niced, logged to
+# /var/log/warden-runsc-build.log, and a running wardend enables gvisor
+# sandboxes when runsc appears, without a restart), or skip.
+here=$(dirname "$0")
+case "${WARDEN_RUNSC:-sync}" in
+  sync) "$here/install-runsc.sh" ;;
+  background)
+    if ! "$here/install-runsc.sh" --check; then
+      log=/var/log/warden-runsc-build.log
+      echo "install-deps: building runsc in the background (about six minutes; log: $log); wardend serves native sandboxes meanwhile and enables gvisor when runsc is ready" >&2
+      # flock: one build at a time, however often this runs.
+      setsid flock -n /run/warden-runsc-build.lock nice -n 10 "$here/install-runsc.sh" >>"$log" 2>&1 </dev/null &
+    fi
+    ;;
+  skip) ;;
+  *) echo "install-deps: WARDEN_RUNSC must be sync, background or skip, not ${WARDEN_RUNSC}" >&2; exit 2 ;;
+esac

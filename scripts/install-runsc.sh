@@ -20,6 +20,8 @@
 # does nothing when `runsc --version` already reports that exact version.
 # Override with RUNSC_VERSION=... and RUNSC_PREFIX=... (default
 # /usr/local/bin). Needs Go, git (or patch), and the Go module proxy.
+# With --check it only reports, by its exit status, whether that version is
+# installed (0) or not (1).
 set -euo pipefail
 
 RUNSC_VERSION=${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}
@@ -37,6 +39,7 @@ first_line() { local out; out=$("$1" --version 2>/dev/null) || return 1; printf 
 if [ -x "$bin" ] && [ "$(first_line "$bin")" = "runsc version $version" ]; then
   exit 0
 fi
+[ "${1:-}" = --check ] && exit 1
 command -v go >/dev/null 2>&1 || { echo "install-runsc: go is not on PATH" >&2; exit 1; }
 if command -v git >/dev/null 2>&1; then
   apply() { (cd "$1" && git apply -p1 "$2"); }

@@ -2,6 +2,8 @@
 // store, identities and the audit log. Run it as root.
 //
 //	wardend [--config FILE] [--listen ADDR] [--socket PATH] [--state-dir DIR] ...
+//	wardend install [--unit PATH] [--enable] [-- FLAGS]   (a systemd unit)
+//	wardend uninstall [--unit PATH]
 package main
 
 import (
@@ -18,9 +20,17 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "install":
+			os.Exit(install(os.Args[2:], os.Stdout, os.Stderr))
+		case "uninstall":
+			os.Exit(uninstall(os.Args[2:], os.Stdout, os.Stderr))
+		}
+	}
 	fs := flag.NewFlagSet("wardend", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "wardend: Warden's daemon (run as root)\n\nUsage: wardend [flags]\n\nSettings come from defaults, then the config file, then WARDEN_* environment variables, then flags.\nOn first start it creates an admin API key in <state-dir>/admin.key (root only).\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "wardend: Warden's daemon (run as root)\n\nUsage: wardend [flags]\n       wardend install [--enable] [-- flags]   write a systemd unit (see wardend install --help)\n       wardend uninstall                       remove it\n\nSettings come from defaults, then the config file, then WARDEN_* environment variables, then flags.\nOn first start it creates an admin API key in <state-dir>/admin.key (root only).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	cfg, err := config.Load(os.Args[1:], os.Getenv, fs)

@@ -41,9 +41,10 @@ import (
 
 // Config is what the agent knows about its sandbox.
 type Config struct {
-	DefaultUser    string            `json:"default_user"`    // "user" when empty
-	DefaultWorkdir string            `json:"default_workdir"` // the user's home when empty
-	Env            map[string]string `json:"env,omitempty"`   // sandbox-wide environment
+	DefaultUser    string            `json:"default_user"`         // "user" when empty
+	DefaultWorkdir string            `json:"default_workdir"`      // the user's home when empty
+	Env            map[string]string `json:"env,omitempty"`        // sandbox-wide environment
+	DiskBytes      int64             `json:"disk_bytes,omitempty"` // the disk limit, named when a write does not fit
 }
 
 // Agent holds the services of one agent.
@@ -74,6 +75,7 @@ func New(cfg Config) *Agent {
 	a.files = files.New(files.Config{
 		DefaultUser:    cfg.DefaultUser,
 		DefaultWorkdir: cfg.DefaultWorkdir,
+		DiskBytes:      cfg.DiskBytes,
 	})
 	a.code = interp.New(interp.Config{DefaultUser: cfg.DefaultUser, Procs: a.procs})
 	return a

@@ -246,10 +246,15 @@ type route struct {
 	pattern string     // ServeMux pattern, "METHOD /path"
 	action  string     // audit action, "<object>.<verb>"
 	scope   auth.Scope // required scope; "" for none
-	public  bool       // no authentication (system routes, presigned URLs)
-	audited bool       // audit every call, not only denials
-	stream  bool       // streams an upload: the slower body allowance once authenticated
-	h       func(http.ResponseWriter, *http.Request) error
+	// ownScope, when set, also admits a caller holding it instead of
+	// scope, but only for sandboxes its principal owns (sandboxFor and
+	// the list filter enforce that): a key that creates sandboxes can
+	// list, inspect and kill its own.
+	ownScope auth.Scope
+	public   bool // no authentication (system routes, presigned URLs)
+	audited  bool // audit every call, not only denials
+	stream   bool // streams an upload: the slower body allowance once authenticated
+	h        func(http.ResponseWriter, *http.Request) error
 }
 
 func (s *Server) routes() http.Handler {
@@ -259,18 +264,19 @@ func (s *Server) routes() http.Handler {
 		{pattern: "GET /v1/openapi.yaml", public: true, h: s.openAPI},
 
 		{pattern: "POST /v1/sandboxes", action: "sandbox.create", scope: auth.ScopeSandboxesCreate, audited: true, h: s.createSandbox},
-		{pattern: "GET /v1/sandboxes", action: "sandbox.list", scope: auth.ScopeSandboxesRead, h: s.listSandboxes},
-		{pattern: "GET /v1/sandboxes/{id}", action: "sandbox.get", scope: auth.ScopeSandboxesRead, h: s.getSandbox},
-		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, audited: true, h: s.killSandbox},
+		{pattern: "GET /v1/sandboxes", action: "sandbox.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.listSandboxes},
+		{pattern: "GET /v1/sandboxes/{id}", action: "sandbox.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.getSandbox},
+		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, ownScope: auth.ScopeSandboxesCreate, audited: true, h: s.killSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setTimeout},
 		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, h: s.pauseSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, h: s.resumeSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/fork", action: "sandbox.fork", scope: auth.ScopeSandboxesCreate, audited: true, h: s.forkSandbox},
-		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, h: s.usage},
-		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, h: s.getNetwork},
+		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.usage},
+		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.getNetwork},
 		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setNetwork},
 
 		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, h: s.exec},
+		{pattern: "GET /v1/sandboxes/{id}/logs", action: "sandbox.logs", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, audited: true, h: s.logs},
 		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, h: s.listProcesses},
 		{pattern: "GET /v1/sandboxes/{id}/processes/{pid}/stream", action: "process.stream", scope: auth.ScopeSandboxesExec, audited: true, h: s.streamProcess},
 		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", action: "process.stdin", scope: auth.ScopeSandboxesExec, audited: true, stream: true, h: s.sendStdin},
@@ -310,9 +316,9 @@ func (s *Server) routes() http.Handler {
 		{pattern: "GET /v1/whoami", action: "identity.whoami", h: s.whoami},
 		{pattern: "POST /v1/principals", action: "principal.create", scope: auth.ScopeAdmin, audited: true, h: s.createPrincipal},
 		{pattern: "GET /v1/principals", action: "principal.list", scope: auth.ScopeAdmin, h: s.listPrincipals},
-		{pattern: "POST /v1/keys", action: "key.create", scope: auth.ScopeAdmin, audited: true, h: s.createKey},
-		{pattern: "GET /v1/keys", action: "key.list", scope: auth.ScopeAdmin, h: s.listKeys},
-		{pattern: "DELETE /v1/keys/{id}", action: "key.revoke", scope: auth.ScopeAdmin, audited: true, h: s.revokeKey},
+		{pattern: "POST /v1/keys", action: "key.create", scope: auth.ScopeKeysManage, audited: true, h: s.createKey},
+		{pattern: "GET /v1/keys", action: "key.list", scope: auth.ScopeKeysManage, h: s.listKeys},
+		{pattern: "DELETE /v1/keys/{id}", action: "key.revoke", scope: auth.ScopeKeysManage, audited: true, h: s.revokeKey},
 
 		{pattern: "GET /v1/templates", action: "template.list", scope: auth.ScopeTemplatesRead, h: s.listTemplates},
 		{pattern: "GET /v1/templates/{name...}", action: "template.get", scope: auth.ScopeTemplatesRead, h: s.getTemplate},

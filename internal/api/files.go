@@ -225,6 +225,13 @@ func (s *Server) stat(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	res, err := agent.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: p}))
 	if err != nil {
+		if e := apierr.From(err); e != nil && e.Code == apierr.CodeNotFound {
+			// Asking whether a path exists is no failure (warden cp asks
+			// before every upload): the read succeeded, the answer is no.
+			st := stateOf(r)
+			st.detail["exists"] = false
+			s.commitAudit(r, audit.OutcomeSuccess)
+		}
 		return err
 	}
 	return writeJSON(w, http.StatusOK, toEntry(res.Msg.GetEntry()))

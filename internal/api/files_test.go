@@ -63,7 +63,7 @@ func TestFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = a.ReadFile(ctx, id, "/root/secret", warden.ReadOptions{})
-	apiErr(t, err, 403, warden.CodeForbidden)
+	apiErr(t, err, 403, warden.CodePermissionDenied)
 	rc, err := a.ReadFile(ctx, id, "/root/secret", warden.ReadOptions{User: "root"})
 	if err != nil {
 		t.Fatal(err)

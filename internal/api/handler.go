@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
@@ -94,7 +95,26 @@ func (s *Server) authorize(rt route, r *http.Request) error {
 	}
 	st.ident = &id
 	st.principal = id.Principal.ID
+	// The object the path names is the event's target, so a call refused
+	// here (scope) is audited with what it was aimed at; handlers refine
+	// it (a sandbox's ID for its name, a created object's ID).
+	if v := r.PathValue("id"); v != "" {
+		st.target = v
+	} else if v := r.PathValue("name"); v != "" {
+		st.target = v
+	}
+	if v := r.PathValue("port"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			st.detail["port"] = n
+		} else {
+			st.detail["port"] = v
+		}
+	}
 	if rt.scope != "" {
+		if rt.ownScope != "" && !id.Has(rt.scope) && id.Has(rt.ownScope) {
+			st.ownOnly = true
+			return nil
+		}
 		return s.requireScope(r, rt.scope)
 	}
 	return nil
@@ -123,7 +143,7 @@ func (s *Server) sandboxFor(r *http.Request, id string) (store.Sandbox, error) {
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if st.ident == nil || !st.ident.CanAccessSandbox(sb.Owner) {
+	if st.ident == nil || !st.ident.CanAccessSandbox(sb.Owner) || (st.ownOnly && sb.Owner != st.principal) {
 		return store.Sandbox{}, deny(fmt.Errorf("sandbox %s is owned by %s: %w", id, sb.Owner,
 			apierr.NotFound("sandbox %s not found", id)))
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -147,6 +148,18 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if q.Name != "" {
 		st.detail["name"] = q.Name
 	}
+	// keys:manage without admin: keys of the caller's own principal, with
+	// no scope the caller's key lacks (no way up to admin).
+	if !st.ident.Has(auth.ScopeAdmin) {
+		if pid != st.principal {
+			return deny(apierr.Forbidden("keys:manage creates keys for your own principal only; other principals' keys need admin"))
+		}
+		for _, sc := range scopes {
+			if !st.ident.Has(sc) {
+				return deny(apierr.Forbidden("scope %s: a key can only grant scopes the key creating it holds", sc))
+			}
+		}
+	}
 	if _, err := s.st.GetPrincipal(r.Context(), pid); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundf("principal %s not found", truncate(pid, 64))
@@ -166,7 +179,11 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
-	ks, err := s.st.ListKeys(r.Context(), "")
+	owner := "" // every principal's, for admin
+	if st := stateOf(r); !st.ident.Has(auth.ScopeAdmin) {
+		owner = st.principal
+	}
+	ks, err := s.st.ListKeys(r.Context(), owner)
 	if err != nil {
 		return err
 	}
@@ -181,7 +198,23 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	stateOf(r).target = id
+	st := stateOf(r)
+	st.target = id
+	if !st.ident.Has(auth.ScopeAdmin) {
+		// keys:manage: only the caller's own principal's keys; another's
+		// is reported like a key that does not exist.
+		k, err := s.st.GetKeyByID(r.Context(), id)
+		if errors.Is(err, store.ErrNotFound) {
+			return notFoundf("key %s not found", truncate(id, 64))
+		}
+		if err != nil {
+			return err
+		}
+		if k.PrincipalID != st.principal {
+			return deny(fmt.Errorf("key %s belongs to another principal: %w", truncate(id, 64),
+				apierr.NotFound("key %s not found", truncate(id, 64))))
+		}
+	}
 	if _, err := s.auth.RevokeKey(r.Context(), id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundf("key %s not found", truncate(id, 64))

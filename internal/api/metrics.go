@@ -32,6 +32,7 @@ type metrics struct {
 	created  *prometheus.CounterVec   // outcome
 	ended    *prometheus.CounterVec   // state
 	create   *prometheus.HistogramVec // outcome
+	tmplOps  *prometheus.HistogramVec // op (import, build), outcome
 	handler  http.Handler
 }
 
@@ -60,8 +61,13 @@ func newMetrics(reg *prometheus.Registry, mgr *sandbox.Manager, perSandbox bool)
 			Help:    "Time to create and start a sandbox, by outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"outcome"}),
+		tmplOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warden_template_operation_duration_seconds",
+			Help:    "Duration of template imports and builds, by outcome.",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}, []string{"op", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.created, m.ended, m.create, &liveCollector{mgr: mgr}} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.created, m.ended, m.create, m.tmplOps, &liveCollector{mgr: mgr}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register api metrics: %w", err)
 		}
@@ -180,6 +186,16 @@ func (c *liveCollector) count(ctx context.Context, state sandbox.State) (int, er
 		}
 		token = next
 	}
+}
+
+// templateOp records the duration of a template import or build that got
+// as far as its work (requests refused up front are not counted).
+func (m *metrics) templateOp(op string, start time.Time, err error) {
+	outcome := "success"
+	if err != nil {
+		outcome = "error"
+	}
+	m.tmplOps.WithLabelValues(op, outcome).Observe(time.Since(start).Seconds())
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {

@@ -22,6 +22,9 @@ type reqState struct {
 	route     string         // ServeMux pattern; "" until routed
 	ident     *auth.Identity // nil until authenticated
 	principal string         // principal ID for logs and audit
+	// ownOnly: the caller was admitted by the route's ownScope and may
+	// touch only sandboxes its principal owns.
+	ownOnly bool
 
 	// Audit event of the call, filled in by the adapter and the handler.
 	action  string

@@ -86,6 +86,15 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	if len(cmd) > maxPath || strings.ContainsFunc(cmd, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return apierr.Validation("cmd: not a program name")
 	}
+	args := q["arg"]
+	if len(args) > 256 {
+		return apierr.Validation("arg: at most 256 arguments")
+	}
+	for _, a := range args {
+		if len(a) > 1<<16 || strings.ContainsRune(a, 0) {
+			return apierr.Validation("arg: an argument is over 64 KiB or contains a NUL byte")
+		}
+	}
 	user := q.Get("user")
 	if err := checkUser("user", user); err != nil {
 		return err
@@ -109,7 +118,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 	sr := &processpb.StartRequest{
-		Process: &processpb.ProcessConfig{Cmd: cmd, Envs: map[string]string{"TERM": "xterm-256color"}},
+		Process: &processpb.ProcessConfig{Cmd: cmd, Args: args, Envs: map[string]string{"TERM": "xterm-256color"}},
 		Pty:     &processpb.PTY{Size: &processpb.PTY_Size{Cols: uint32(cols), Rows: uint32(rows)}},
 	}
 	cs, err := agent.Process.Start(ctx, withUser(connect.NewRequest(sr), user))

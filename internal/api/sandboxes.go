@@ -18,7 +18,7 @@ import (
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+	return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": s.cfg.Version, "backends": s.cfg.Manager.Backends()})
 }
 
 func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
@@ -44,9 +44,12 @@ type sandboxJSON struct {
 	Workdir   string            `json:"workdir"`
 	CreatedAt time.Time         `json:"created_at"`
 	StartedAt time.Time         `json:"started_at"`
-	ExpiresAt time.Time         `json:"expires_at"`
-	EndedAt   *time.Time        `json:"ended_at"`
-	EndReason *string           `json:"end_reason"`
+	// ExpiresAt is null while the sandbox is paused: its countdown stops,
+	// and ResumeTimeoutSeconds is what a resume gives it.
+	ExpiresAt            *time.Time `json:"expires_at"`
+	ResumeTimeoutSeconds *int64     `json:"resume_timeout_seconds"`
+	EndedAt              *time.Time `json:"ended_at"`
+	EndReason            *string    `json:"end_reason"`
 	// Lifecycle: pause instead of kill at the timeout, resume on a call.
 	AutoPause  bool `json:"auto_pause"`
 	AutoResume bool `json:"auto_resume"`
@@ -60,9 +63,19 @@ func toSandbox(sb store.Sandbox) sandboxJSON {
 		CPUMillis: sb.CPUMillis, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
 		Metadata: sb.Metadata, EnvKeys: slices.Sorted(maps.Keys(sb.Env)),
 		User: sb.User, Workdir: sb.Workdir,
-		CreatedAt: sb.CreatedAt.UTC(), StartedAt: sb.StartedAt.UTC(), ExpiresAt: sb.ExpiresAt.UTC(),
+		CreatedAt: sb.CreatedAt.UTC(), StartedAt: sb.StartedAt.UTC(),
 		AutoPause: sb.Lifecycle.AutoPause, AutoResume: sb.Lifecycle.AutoResume,
 		Network: networkPolicy(sb),
+	}
+	if sb.State == "paused" {
+		left := int64(sb.Lifecycle.ResumeTimeout / time.Second)
+		if left <= 0 { // paused before the frozen countdown was recorded
+			left = int64(sb.Lifecycle.Timeout / time.Second)
+		}
+		out.ResumeTimeoutSeconds = &left
+	} else {
+		t := sb.ExpiresAt.UTC()
+		out.ExpiresAt = &t
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
@@ -250,10 +263,15 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := store.SandboxFilter{PageToken: q.Get("page_token")}
 	if v := q.Get("state"); v != "" {
-		if !slices.Contains(allStates, sandbox.State(v)) {
-			return apierr.Validation("query parameter state: %q is not a sandbox state", truncate(v, 64))
+		// One state, or several comma-separated (running,paused).
+		for _, one := range strings.Split(v, ",") {
+			if !slices.Contains(allStates, sandbox.State(one)) {
+				return apierr.Validation("query parameter state: %q is not a sandbox state", truncate(one, 64))
+			}
+			if !slices.Contains(f.States, one) {
+				f.States = append(f.States, one)
+			}
 		}
-		f.States = []string{v}
 	}
 	md, err := parseMetadataFilter(q.Get("metadata"))
 	if err != nil {
@@ -269,7 +287,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		return apierr.BadRequest("query parameter page_token: not a token this daemon issued")
 	}
 	st := stateOf(r)
-	if !st.ident.Has(auth.ScopeSandboxesAll) {
+	if st.ownOnly || !st.ident.Has(auth.ScopeSandboxesAll) {
 		f.Owner = st.principal
 	}
 	sbs, next, err := s.mgr.List(r.Context(), f)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -301,9 +302,11 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 		defer src.cleanup()
 	}
 	out := startNDJSON(w)
+	started := time.Now()
 	res, err := s.cfg.Images.Import(r.Context(), src.img, ts, func(p image.Progress) {
 		out.send(templateEvent{Type: "progress", Phase: p.Phase, Layer: p.Layer, Index: p.Index, Count: p.Count, Current: p.Current, Total: p.Total, Cached: p.Cached})
 	})
+	s.metrics.templateOp("import", started, err)
 	if err != nil {
 		return out.fail(imageError("import", err))
 	}
@@ -428,6 +431,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := startNDJSON(w)
+	started := time.Now()
 	res, err := s.cfg.Builder.Build(r.Context(), build.Request{
 		Dockerfile: df, Context: dir, Name: name, Args: args, NoCache: q.Get("no_cache") == "true", Limits: lim,
 		Registry: image.RegistryOptions{Insecure: q.Get("insecure_registry") == "true"},
@@ -436,6 +440,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	}, func(ev build.Event) {
 		out.send(templateEvent{Type: ev.Type, Step: ev.Step, Steps: ev.Steps, Line: ev.Line, Text: ev.Text, Stream: ev.Stream})
 	})
+	s.metrics.templateOp("build", started, err)
 	if err != nil {
 		return out.fail(tagDenied(err))
 	}

@@ -19,7 +19,8 @@ func auditLsCmd() *command {
 		aliases: []string{"list"},
 		short:   "List audit events",
 		long: "List audit events in order, from the one after --after on: one page (--limit, default\n" +
-			"the daemon's 100), or every page with --all.",
+			"the daemon's 100), or every page with --all. Times are local, to the second; principals\n" +
+			"show as \"name (ID)\" when your key may list them (admin), else by ID.",
 		examples: []string{
 			"warden audit ls --target sb-01hzx3k9q2",
 			"warden audit ls --after 1200 --all",
@@ -30,7 +31,7 @@ func auditLsCmd() *command {
 		fs.Var((*int64Value)(&q.After), "after", "N", "only events with a sequence number greater than N")
 		fs.Int(&q.Limit, "limit", "N", "page size, 1 to 1000")
 		fs.String(&q.Target, "target", "T", "only events acting on this object ID")
-		fs.String(&q.Principal, "principal", "P", "only events caused by this principal ID")
+		fs.String(&q.Principal, "principal", "P", "only events caused by this principal (ID or name)")
 		fs.Bool(&all, "all", "fetch every page, not only the first")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
@@ -45,6 +46,9 @@ func auditLsCmd() *command {
 		}
 		cl, err := r.client()
 		if err != nil {
+			return err
+		}
+		if q.Principal, err = resolvePrincipal(ctx, cl, q.Principal); err != nil {
 			return err
 		}
 		var events []warden.AuditEvent
@@ -69,7 +73,7 @@ func auditLsCmd() *command {
 			}
 			return printJSON(r.env.Stdout, events)
 		}
-		if err := writeAuditTable(r.env.Stdout, events); err != nil {
+		if err := writeAuditTable(r.env.Stdout, events, principalNames(ctx, cl)); err != nil {
 			return err
 		}
 		if !all && q.Limit > 0 && len(events) == q.Limit {
@@ -92,11 +96,34 @@ func (v *int64Value) Set(s string) error {
 }
 func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
 
-// writeAuditTable writes audit events as a table, with absolute times.
-func writeAuditTable(w io.Writer, events []warden.AuditEvent) error {
+// principalNames maps principal IDs to names, or is nil when the caller may not list
+// principals (that needs admin; audit:read alone shows IDs only).
+func principalNames(ctx context.Context, cl *warden.Client) map[string]string {
+	ps, err := cl.ListPrincipals(ctx)
+	if err != nil {
+		return nil
+	}
+	names := make(map[string]string, len(ps))
+	for _, p := range ps {
+		names[p.ID] = p.Name
+	}
+	return names
+}
+
+// writeAuditTable writes audit events as a table, with absolute times to the second and
+// each principal as "name (ID)" where names has it.
+func writeAuditTable(w io.Writer, events []warden.AuditEvent, names map[string]string) error {
 	t := newTable(w, "SEQ", "TIME", "PRINCIPAL", "ACTION", "TARGET", "OUTCOME")
 	for _, ev := range events {
-		t.row(strconv.FormatInt(ev.Seq, 10), shortTime(ev.Time), orDash(ev.PrincipalID), ev.Action, orDash(ev.Target), ev.Outcome)
+		who := orDash(ev.PrincipalID)
+		if n := names[ev.PrincipalID]; n != "" {
+			who = n + " (" + ev.PrincipalID + ")"
+		}
+		tm := "-"
+		if !ev.Time.IsZero() {
+			tm = ev.Time.Local().Format("2006-01-02 15:04:05")
+		}
+		t.row(strconv.FormatInt(ev.Seq, 10), tm, who, ev.Action, orDash(ev.Target), ev.Outcome)
 	}
 	return t.flush()
 }

@@ -70,7 +70,7 @@ func (c *command) build(g *globalFlags) {
 	if c.json {
 		c.fs.Bool(&g.json, "json", "print JSON instead of text")
 	}
-	c.fs.global(&g.url, "url", "URL", "daemon address, http(s)://HOST:PORT or unix:///PATH (default $WARDEN_URL,\nelse unix://"+defaultSocketPath+" if it exists, else "+defaultURL+")")
+	c.fs.global(&g.url, "url", "URL", "daemon address: http(s)://HOST:PORT, HOST:PORT or unix:///PATH (default\n$WARDEN_URL, else unix://"+defaultSocketPath+" if usable,\nelse "+defaultURL+")")
 	c.fs.global(&g.apiKey, "api-key", "KEY", "API key (default $WARDEN_API_KEY, else the content of\n"+defaultAdminKeyFile+" when readable)")
 	for _, s := range c.subs {
 		s.parent = c

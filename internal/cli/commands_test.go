@@ -146,7 +146,7 @@ func TestSandboxCreate(t *testing.T) {
 	})
 	env, out, errb := testEnv(t, "")
 	env.Getenv = func(k string) string { return map[string]string{"TOKEN": "s3cret"}[k] }
-	code := Run(context.Background(), []string{"--url", d.srv.URL, "sandbox", "create", "--template", "python", "--cpu", "500",
+	code := Run(context.Background(), []string{"--url", d.srv.URL, "sandbox", "create", "--template", "python", "--cpu", "0.5",
 		"--memory", "256", "--disk", "1024", "--timeout", "1h", "--env", "A=1", "--env", "TOKEN", "--meta", "job=42",
 		"--user", "root", "--workdir", "/app"}, env)
 	if code != 0 || out.String() != "sb-new\n" {

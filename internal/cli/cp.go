@@ -15,7 +15,10 @@ import (
 )
 
 func cpCmd() *command {
-	var tarMode bool
+	var (
+		tarMode bool
+		user    string
+	)
 	c := &command{
 		name:  "cp",
 		args:  "SRC DST",
@@ -44,6 +47,7 @@ func cpCmd() *command {
 	}
 	c.flags = func(fs *flagSet) {
 		fs.Bool(&tarMode, "tar", `with "-", stdin or stdout is a tar archive even for a file`)
+		fs.String(&user, "user", "U", "sandbox user whose permissions apply to a file, and who owns one\nwritten (default: the sandbox's; directories use the sandbox's)")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 2 {
@@ -64,7 +68,7 @@ func cpCmd() *command {
 		if err != nil {
 			return err
 		}
-		cp := &copier{ctx: ctx, r: r, cl: cl, tar: tarMode}
+		cp := &copier{ctx: ctx, r: r, cl: cl, tar: tarMode, user: user}
 		switch {
 		case src.remote() && dst.remote():
 			return cp.between(src, dst)
@@ -79,10 +83,11 @@ func cpCmd() *command {
 
 // copier runs one `warden cp`.
 type copier struct {
-	ctx context.Context
-	r   *runner
-	cl  *warden.Client
-	tar bool
+	ctx  context.Context
+	r    *runner
+	cl   *warden.Client
+	tar  bool
+	user string // --user, for single files
 }
 
 func (cp *copier) warn(format string, args ...any) {
@@ -138,7 +143,7 @@ func (cp *copier) upload(src string, dst remotePath) error {
 		if strings.HasSuffix(dst.path, "/") {
 			return usageErr(cp.r.cmd, "with - as SRC, DST names the file to write, not a directory")
 		}
-		_, err := cl.WriteFile(ctx, dst.id, dst.path, cp.r.env.Stdin, warden.WriteOptions{})
+		_, err := cl.WriteFile(ctx, dst.id, dst.path, cp.r.env.Stdin, warden.WriteOptions{User: cp.user})
 		return err
 	}
 	st, err := os.Stat(src)
@@ -156,7 +161,7 @@ func (cp *copier) upload(src string, dst remotePath) error {
 			return err
 		}
 		defer f.Close()
-		_, err = cl.WriteFile(ctx, dst.id, target, f, warden.WriteOptions{Mode: st.Mode().Perm()})
+		_, err = cl.WriteFile(ctx, dst.id, target, f, warden.WriteOptions{Mode: st.Mode().Perm(), User: cp.user})
 		return err
 	case st.IsDir():
 		abs, err := filepath.Abs(src)
@@ -201,7 +206,7 @@ func (cp *copier) download(src remotePath, dst string) error {
 		if isDir || cp.tar {
 			rc, err = cl.DownloadArchive(ctx, src.id, src.path)
 		} else {
-			rc, err = cl.ReadFile(ctx, src.id, src.path, warden.ReadOptions{})
+			rc, err = cl.ReadFile(ctx, src.id, src.path, warden.ReadOptions{User: cp.user})
 		}
 		if err != nil {
 			return err
@@ -219,7 +224,7 @@ func (cp *copier) download(src remotePath, dst string) error {
 		if m, err := e.FileMode(); err == nil && e.Type == warden.EntryFile {
 			mode = m.Perm()
 		}
-		rc, err := cl.ReadFile(ctx, src.id, src.path, warden.ReadOptions{})
+		rc, err := cl.ReadFile(ctx, src.id, src.path, warden.ReadOptions{User: cp.user})
 		if err != nil {
 			return err
 		}
@@ -257,11 +262,11 @@ func (cp *copier) between(src, dst remotePath) error {
 		if err != nil {
 			return err
 		}
-		var opts warden.WriteOptions
+		opts := warden.WriteOptions{User: cp.user}
 		if m, err := e.FileMode(); err == nil && e.Type == warden.EntryFile {
 			opts.Mode = m.Perm()
 		}
-		rc, err := cl.ReadFile(ctx, src.id, src.path, warden.ReadOptions{})
+		rc, err := cl.ReadFile(ctx, src.id, src.path, warden.ReadOptions{User: cp.user})
 		if err != nil {
 			return err
 		}

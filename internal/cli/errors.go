@@ -49,6 +49,17 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return "exit status " + strconv.Itoa(e.code) }
 
+// codedError is err reported as usual but with its own exit status (127 for a command
+// that is not found, as shells do).
+type codedError struct {
+	err  error
+	code int
+	hint string
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
 // exitCode returns err as an exitError with status code (nil for 0).
 func exitCode(code int) error {
 	if code == 0 {
@@ -103,6 +114,10 @@ func (r *runner) describe(err error) (msg, hint string, code int) {
 		}
 		msg = "cannot reach wardend at " + r.baseURL + ": " + why
 	}
+	var ce *codedError
+	if errors.As(err, &ce) {
+		return msg, ce.hint, ce.code
+	}
 	var he *hintError
 	if errors.As(err, &he) {
 		return msg, he.hint, code
@@ -124,10 +139,12 @@ func (r *runner) hintFor(err error) string {
 			}
 		}
 		return h
+	case warden.IsPermissionDenied(err):
+		return permissionHint(r.cmd)
 	case warden.IsForbidden(err):
 		return "the API key lacks the scope for this, or the object belongs to another principal; 'warden whoami' shows the key's scopes"
 	case warden.IsNotFound(err):
-		return "check the ID or path; 'warden sandbox ls' lists your sandboxes"
+		return notFoundHint(err)
 	case warden.IsRateLimited(err):
 		return "the daemon is rate limiting this key; wait a moment and try again"
 	case hasCode(err, warden.CodeUnavailable):
@@ -144,6 +161,60 @@ func (r *runner) hintFor(err error) string {
 		return "check the daemon's address (--url or WARDEN_URL) and that wardend is running there"
 	}
 	return ""
+}
+
+// permissionHint is the hint for a permission error inside the sandbox: run as another
+// user where the command can.
+func permissionHint(c *command) string {
+	if c != nil && c.fs != nil && c.fs.fs.Lookup("user") != nil {
+		return "the sandbox's user may not access this; pass --user root (or another user) to " + c.path()
+	}
+	return "the sandbox's user may not access this; 'warden exec --user root ID -- CMD' runs a command as root"
+}
+
+// notFoundHint names the command that lists what err did not find: the SDK's message
+// starts with the operation ("get template x: ...", "delete secret y: ...").
+func notFoundHint(err error) string {
+	var e *warden.Error
+	apiMsg := ""
+	if errors.As(err, &e) {
+		apiMsg = e.Message
+	}
+	op := err.Error()
+	if i := strings.Index(op, warden.CodeNotFound); i >= 0 {
+		op = op[:i]
+	}
+	// The SDK's operation starts with its verb and object.
+	starts := func(prefixes ...string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(op, p) {
+				return true
+			}
+		}
+		return false
+	}
+	const sandboxHint = "check the sandbox ID; 'warden sandbox ls' lists your live sandboxes ('-a' for all)"
+	switch {
+	case strings.HasPrefix(apiMsg, "sandbox "):
+		return sandboxHint
+	case starts("get template", "delete template", "build template", "import"):
+		return "check the template's name; 'warden template ls' lists the templates"
+	case starts("put secret", "revoke secret", "delete secret", "list grants", "revoke grant"):
+		return "check the secret's ID; 'warden secret ls' lists the secrets"
+	case starts("grant secret", "create key"):
+		return "check the principal (or the secret); 'warden principals ls' lists the principals"
+	case starts("revoke key"):
+		return "check the key's ID; 'warden keys ls' lists the keys"
+	case starts("restart code context", "delete code context", "interrupt code context"):
+		return "check the context ID; 'warden contexts ls ID' lists the sandbox's contexts"
+	case starts("signal process", "send stdin", "close stdin", "stream process"):
+		return "check the process ID; 'warden process ls ID' lists the sandbox's processes"
+	case starts("read ", "write ", "stat ", "list /", "remove ", "move ", "mkdir ", "watch ", "download archive", "upload archive", "presign"):
+		return "check the path; 'warden fs ls ID DIR' lists a directory in the sandbox"
+	case strings.Contains(op, "sandbox") || strings.Contains(apiMsg, "sandbox"):
+		return sandboxHint
+	}
+	return "check the ID or name"
 }
 
 // hasCode reports whether err wraps a Warden *Error with the given code.

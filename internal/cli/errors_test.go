@@ -83,7 +83,7 @@ func TestReportFormat(t *testing.T) {
 	env, _, errb := testEnv(t, "")
 	r := &runner{env: env, cmd: &command{name: "warden"}}
 	code := r.report(fmt.Errorf("first line\nsecond line: %w", &warden.Error{Status: 404, Code: warden.CodeNotFound, Message: "gone"}))
-	want := "warden: first line second line: not_found: gone (http 404)\nhint: check the ID or path; 'warden sandbox ls' lists your sandboxes\n"
+	want := "warden: first line second line: not_found: gone (http 404)\nhint: check the ID or name\n"
 	if code != ExitError || errb.String() != want {
 		t.Errorf("code %d, stderr:\n%s\nwant:\n%s", code, errb.String(), want)
 	}
@@ -104,14 +104,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bogus"}, `warden: unknown command "bogus" for "warden"` + "\nhint: run 'warden --help' for usage\n"},
 		{[]string{"sandbox", "bogus"}, `warden: unknown command "bogus" for "warden sandbox"` + "\nhint: run 'warden sandbox --help' for usage\n"},
 		{[]string{"sandbox", "create", "--bogus"}, "warden: unknown flag --bogus\nhint: run 'warden sandbox create --help' for usage\n"},
-		{[]string{"sandbox", "create", "--cpu", "x"}, "warden: flag --cpu: invalid value \"x\": not a whole number: \"x\"\nhint: run 'warden sandbox create --help' for usage\n"},
+		{[]string{"sandbox", "create", "--cpu", "x"}, "warden: flag --cpu: invalid value \"x\": want a number of CPUs such as 2 or 0.5, or millicores such as 500m\nhint: run 'warden sandbox create --help' for usage\n"},
 		{[]string{"sandbox", "create", "--template"}, "warden: flag --template needs a value\nhint: run 'warden sandbox create --help' for usage\n"},
 		{[]string{"sandbox", "create", "--env", "=x"}, "warden: flag --env: invalid value \"=x\": \"=x\" has an empty key\nhint: run 'warden sandbox create --help' for usage\n"},
 		{[]string{"sandbox", "create", "--timeout", "soon"}, "warden: flag --timeout: invalid value \"soon\": bad duration \"soon\": want a number of seconds or a duration such as 90s, 5m, 1h30m, 2d\nhint: run 'warden sandbox create --help' for usage\n"},
 		{[]string{"sandbox", "inspect"}, "warden: want one sandbox ID, got 0 arguments\nhint: run 'warden sandbox inspect --help' for usage\n"},
 		{[]string{"sandbox", "timeout", "sb-1", "1.5s"}, "warden: duration \"1.5s\" is not a whole number of seconds\nhint: run 'warden sandbox timeout --help' for usage\n"},
 		{[]string{"exec", "sb-1"}, "warden: want a command after the sandbox ID: warden exec sb-1 -- CMD [ARG...]\nhint: run 'warden exec --help' for usage\n"},
-		{[]string{"exec", "-t", "sb-1", "--", "ls", "-l"}, "warden: with -t the command cannot take arguments: the terminal API runs one program (put the command line in a script, or run it without -t)\nhint: run 'warden exec --help' for usage\n"},
+		{[]string{"exec", "-t", "--json", "sb-1", "--", "ls", "-l"}, "warden: --json cannot be used with -t\nhint: run 'warden exec --help' for usage\n"},
+		{[]string{"sandbox", "create", "--memory", "1.5x"}, "warden: flag --memory: invalid value \"1.5x\": want a size such as 512m, 1g or 10G (a bare number is MiB)\nhint: run 'warden sandbox create --help' for usage\n"},
+		{[]string{"sandbox", "kill"}, "warden: want at least one sandbox ID (or --all, or --meta K=V)\nhint: run 'warden sandbox kill --help' for usage\n"},
+		{[]string{"sandbox", "kill", "--all", "sb-1"}, "warden: give sandbox IDs or --all/--meta, not both\nhint: run 'warden sandbox kill --help' for usage\n"},
 		{[]string{"exec", "-it", "--cwd", "/x", "--tag", "t", "sb-1"}, "warden: --cwd, --tag cannot be used with -t: the terminal API does not take them\nhint: run 'warden exec --help' for usage\n"},
 		{[]string{"cp", "a", "b"}, "warden: one of SRC and DST must be ID:/path in a sandbox\nhint: run 'warden cp --help' for usage\n"},
 		{[]string{"cp", "sb-1:", "b"}, "warden: SRC \"sb-1:\": no path after \"sb-1:\"\nhint: run 'warden cp --help' for usage\n"},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	warden "github.com/warden-sandbox/warden/sdk/go"
 )
@@ -33,10 +34,13 @@ func execCmd() *command {
 			"\n" +
 			"With -t the command runs on a terminal: -it opens an interactive session that puts the\n" +
 			"local terminal in raw mode and follows its size; without CMD it runs the sandbox's shell.\n" +
-			"The terminal API runs one program without arguments and ignores --cwd, --env, --tag and\n" +
-			"--timeout, so those are refused with -t. When stdin is not a terminal, -t still works:\n" +
-			"the remote terminal is $COLUMNS x $LINES (default 80x24) and the end of input is sent\n" +
-			"as Ctrl-D.\n" +
+			"The terminal API ignores --cwd, --env, --tag and --timeout, so those are refused with\n" +
+			"-t. When stdin is not a terminal, -t still works: the remote terminal is $COLUMNS x\n" +
+			"$LINES (default 80x24) and the end of input is sent as Ctrl-D, so the program sees\n" +
+			"end of file and can exit. If the sandbox ends during the session, warden says why.\n" +
+			"\n" +
+			"With --json (not with -t) the output is collected and printed at the end as one JSON\n" +
+			"object: stdout, stderr, exit_code, signal, error; the exit status is still the command's.\n" +
 			"\n" +
 			"Ctrl-C stops warden but not the command, which keeps running in the sandbox: 'warden\n" +
 			"process attach' reattaches to it and 'warden process signal' stops it.",
@@ -45,7 +49,10 @@ func execCmd() *command {
 			"echo hello | warden exec -i sb-01hzx3k9q2 -- cat",
 			"warden exec --cwd /app --env DEBUG=1 sb-01hzx3k9q2 -- python3 main.py",
 			"warden exec -it sb-01hzx3k9q2",
+			"warden exec -it sb-01hzx3k9q2 -- python3 -i -q",
+			"warden exec --json sb-01hzx3k9q2 -- uname -a | jq -r .stdout",
 		},
+		json: true,
 	}
 	c.flags = func(fs *flagSet) {
 		fs.Bool(&o.interactive, "interactive", "pass stdin to the command", "i")
@@ -68,6 +75,9 @@ func execCmd() *command {
 		}
 		id, argv := args[0], args[1:]
 		if o.tty {
+			if r.g.json {
+				return usageErr(c, "--json cannot be used with -t")
+			}
 			return runPTY(ctx, r, c, o, id, argv)
 		}
 		if len(argv) == 0 {
@@ -138,7 +148,7 @@ func runExec(ctx context.Context, r *runner, o *execOptions, id string, argv []s
 	}
 	s, err := cl.StartProcess(ctx, id, req)
 	if err != nil {
-		return err
+		return startFailure(err, argv[0])
 	}
 	defer s.Close()
 	return followProcess(ctx, r, cl, s, id, o.interactive)
@@ -154,13 +164,18 @@ func followProcess(ctx context.Context, r *runner, cl *warden.Client, s *warden.
 	if stdin {
 		go func() { stdinDone <- sendStdin(inCtx, cl, id, pid, r.env.Stdin) }()
 	}
-	res, err := s.Copy(r.env.Stdout, r.env.Stderr)
+	stdout, stderr := r.env.Stdout, r.env.Stderr
+	var outBuf, errBuf strings.Builder
+	if r.g.json {
+		stdout, stderr = &outBuf, &errBuf
+	}
+	res, err := s.Copy(stdout, stderr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return withHint(ctx.Err(), "process %d keeps running in sandbox %s: 'warden process attach %s %d' reattaches to it, 'warden process signal %s %d' stops it",
 				pid, id, id, pid, id, pid)
 		}
-		return err
+		return sandboxEnded(cl, id, err)
 	}
 	cancel()
 	select {
@@ -170,6 +185,13 @@ func followProcess(ctx context.Context, r *runner, cl *warden.Client, s *warden.
 			fmt.Fprintf(r.env.Stderr, "warden: stdin: %s\n", oneLine(serr.Error()))
 		}
 	default:
+	}
+	if r.g.json {
+		out := execJSON{PID: pid, Stdout: outBuf.String(), Stderr: errBuf.String(), ExitCode: res.ExitCode, Signal: res.Signal, Error: res.Error}
+		if err := printJSON(r.env.Stdout, out); err != nil {
+			return err
+		}
+		return exitCode(resultCode(res))
 	}
 	if res.Error != "" {
 		fmt.Fprintf(r.env.Stderr, "warden: process %d: %s\n", pid, oneLine(res.Error))
@@ -207,9 +229,6 @@ const eot = 0x04
 
 // runPTY runs argv (or the default shell) on a terminal in the sandbox.
 func runPTY(ctx context.Context, r *runner, c *command, o *execOptions, id string, argv []string) error {
-	if len(argv) > 1 {
-		return usageErr(c, "with -t the command cannot take arguments: the terminal API runs one program (put the command line in a script, or run it without -t)")
-	}
 	var ignored []string
 	for name, set := range map[string]bool{"--cwd": o.cwd != "", "--env": len(o.env.m) > 0, "--tag": o.tag != "", "--timeout": o.timeout.secs > 0} {
 		if set {
@@ -227,8 +246,8 @@ func runPTY(ctx context.Context, r *runner, c *command, o *execOptions, id strin
 	t := r.env.Terminal
 	cols, rows := terminalSize(t, r.env.Getenv)
 	opts := warden.PTYOptions{Cols: cols, Rows: rows, User: o.user}
-	if len(argv) == 1 {
-		opts.Cmd = argv[0]
+	if len(argv) > 0 {
+		opts.Cmd, opts.Args = argv[0], argv[1:]
 	}
 	p, err := cl.PTY(ctx, id, opts)
 	if err != nil {
@@ -253,10 +272,17 @@ func runPTY(ctx context.Context, r *runner, c *command, o *execOptions, id strin
 	}
 	if o.interactive {
 		go func() {
-			_, err := io.Copy(p, r.env.Stdin)
+			lw := &lastByteWriter{w: p}
+			_, err := io.Copy(lw, r.env.Stdin)
 			if err == nil && t == nil {
 				// Input from a pipe or file ended: tell the program as a terminal would.
-				_, _ = p.Write([]byte{eot})
+				// Ctrl-D ends a line that has no newline yet without ending the input,
+				// so that takes a second one.
+				end := []byte{eot}
+				if lw.n > 0 && lw.last != '\n' {
+					end = append(end, eot)
+				}
+				_, _ = p.Write(end)
 			}
 		}()
 	}
@@ -275,11 +301,73 @@ func runPTY(ctx context.Context, r *runner, c *command, o *execOptions, id strin
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		return err
+		return sandboxEnded(cl, id, err)
 	case code < 0:
 		return exitCode(1)
 	case code > 255:
 		return exitCode(255)
 	}
 	return exitCode(code)
+}
+
+// startFailure gives a command that could not start the exit status a shell gives it:
+// 127 when it does not exist, 126 when the sandbox's user may not run it.
+func startFailure(err error, cmd string) error {
+	var e *warden.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	msg := strings.TrimPrefix(e.Message, "in the sandbox: ")
+	if !strings.HasPrefix(msg, "start") || strings.Contains(msg, "chdir") {
+		return err
+	}
+	switch {
+	case warden.IsNotFound(err):
+		return &codedError{err: err, code: 127, hint: fmt.Sprintf("%q is not a program in the sandbox: check its name, give its full path, or install it in the template", cmd)}
+	case warden.IsPermissionDenied(err):
+		return &codedError{err: err, code: 126, hint: fmt.Sprintf("the sandbox's user may not run %q: check its mode (chmod +x) or pass --user", cmd)}
+	}
+	return err
+}
+
+// lastByteWriter remembers the last byte written through it.
+type lastByteWriter struct {
+	w    io.Writer
+	n    int64
+	last byte
+}
+
+func (l *lastByteWriter) Write(b []byte) (int, error) {
+	n, err := l.w.Write(b)
+	if n > 0 {
+		l.n += int64(n)
+		l.last = b[n-1]
+	}
+	return n, err
+}
+
+// sandboxEnded explains a session that broke off: when the sandbox itself ended, it says
+// so ("sandbox ID ended: REASON") instead of the connection's error.
+func sandboxEnded(cl *warden.Client, id string, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, gerr := cl.GetSandbox(ctx, id)
+	if gerr != nil || !(sb.State.Terminal() || sb.State == warden.StateStopping) {
+		return err
+	}
+	reason := sb.EndReason
+	if reason == "" {
+		reason = string(sb.State)
+	}
+	return withHint(fmt.Errorf("sandbox %s ended: %s", id, reason), "'warden sandbox inspect %s' shows it", id)
+}
+
+// execJSON is what 'warden exec --json' prints.
+type execJSON struct {
+	PID      int    `json:"pid"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal"`
+	Error    string `json:"error"`
 }

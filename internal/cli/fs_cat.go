@@ -8,11 +8,15 @@ import (
 )
 
 func fsCatCmd() *command {
+	var user string
 	c := &command{
 		name:  "cat",
 		args:  "ID PATH",
 		short: "Print a file",
 		long:  "Write the content of a file in the sandbox to stdout.",
+	}
+	c.flags = func(fs *flagSet) {
+		fs.String(&user, "user", "U", "sandbox user whose permissions apply (default: the sandbox's)")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 2 {
@@ -22,7 +26,7 @@ func fsCatCmd() *command {
 		if err != nil {
 			return err
 		}
-		rc, err := cl.ReadFile(ctx, args[0], args[1], warden.ReadOptions{})
+		rc, err := cl.ReadFile(ctx, args[0], args[1], warden.ReadOptions{User: user})
 		if err != nil {
 			return err
 		}

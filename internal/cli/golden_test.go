@@ -142,8 +142,8 @@ func TestOutputGolden(t *testing.T) {
 		args []string
 		code int
 	}{
-		{"sandbox_ls", []string{"sandbox", "ls"}, 0},
-		{"sandbox_ls_quiet", []string{"sandbox", "ls", "-q"}, 0},
+		{"sandbox_ls", []string{"sandbox", "ls", "--limit", "3"}, 0},
+		{"sandbox_ls_quiet", []string{"sandbox", "ls", "-q", "--limit", "3"}, 0},
 		{"sandbox_inspect_running", []string{"sandbox", "inspect", "sb-01hzx3k9q2"}, 0},
 		{"sandbox_inspect_stopped", []string{"sandbox", "inspect", "sb-01hzx3aaaa"}, 0},
 		{"sandbox_usage", []string{"sandbox", "usage", "sb-01hzx3k9q2"}, 0},
@@ -209,7 +209,7 @@ func TestSandboxLsAllPages(t *testing.T) {
 		}
 		writeJSON(w, 200, warden.SandboxPage{Sandboxes: sbs[2:]})
 	})
-	res := run(t, d, "sandbox", "ls", "--all", "-q", "--state", "running", "--meta", "job=42", "--meta", "team=infra", "--limit", "2")
+	res := run(t, d, "sandbox", "ls", "-q", "--state", "running", "--meta", "job=42", "--meta", "team=infra")
 	if res.code != 0 {
 		t.Fatalf("code %d: %s", res.code, res.stderr)
 	}
@@ -217,7 +217,7 @@ func TestSandboxLsAllPages(t *testing.T) {
 		t.Errorf("stdout %q, want %q", res.stdout, want)
 	}
 	reqs := d.requests()
-	if len(reqs) != 2 || reqs[0] != "GET /v1/sandboxes?limit=2&metadata=job%3A42%2Cteam%3Ainfra&state=running" {
+	if len(reqs) != 2 || reqs[0] != "GET /v1/sandboxes?metadata=job%3A42%2Cteam%3Ainfra&state=running" {
 		t.Errorf("requests: %q", reqs)
 	}
 }

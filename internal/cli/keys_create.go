@@ -21,13 +21,13 @@ func keysCreateCmd() *command {
 			"files:write, keys:manage, audit:read, templates:read, templates:write,\n" +
 			"secrets:read, secrets:write, admin.",
 		examples: []string{
-			"warden keys create --principal pr-01hzx3k9q2 --name ci --scope sandboxes:create --scope files:read",
+			"warden keys create --principal ci-bot --name ci --scope sandboxes:create --scope files:read",
 			"warden keys create --name reader --scope sandboxes:read,files:read",
 		},
 		json: true,
 	}
 	c.flags = func(fs *flagSet) {
-		fs.String(&req.PrincipalID, "principal", "P", "principal ID the key belongs to (default: yourself)")
+		fs.String(&req.PrincipalID, "principal", "P", "principal (ID or name) the key belongs to (default: yourself)")
 		fs.String(&req.Name, "name", "N", "name to recognise the key by")
 		fs.Var(&scopes, "scope", "S", "scope the key grants; repeatable or comma-separated; at least one")
 	}
@@ -41,6 +41,9 @@ func keysCreateCmd() *command {
 		req.Scopes = scopes
 		cl, err := r.client()
 		if err != nil {
+			return err
+		}
+		if req.PrincipalID, err = resolvePrincipal(ctx, cl, req.PrincipalID); err != nil {
 			return err
 		}
 		k, err := cl.CreateKey(ctx, req)

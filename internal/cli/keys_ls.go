@@ -14,8 +14,9 @@ func keysLsCmd() *command {
 		name:    "ls",
 		aliases: []string{"list"},
 		short:   "List API keys",
-		long:    "List every API key, revoked ones included. Secrets are never shown.",
-		json:    true,
+		long: "List API keys, revoked ones included (with keys:manage but not admin: your own\n" +
+			"principal's only). Secrets are never shown.",
+		json: true,
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 0 {

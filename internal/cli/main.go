@@ -172,6 +172,7 @@ func newRoot() *command {
 			runCmd(),
 			contextsCmd(),
 			processCmd(),
+			logsCmd(),
 			cpCmd(),
 			fsCmd(),
 			keysCmd(),
@@ -179,6 +180,7 @@ func newRoot() *command {
 			whoamiCmd(),
 			auditCmd(),
 			versionCmd(),
+			completionCmd(),
 			helpCmd(),
 		},
 	}

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,16 +33,21 @@ func runCmd() *command {
 			"is given). Without --context the default context of --lang runs it.\n" +
 			"\n" +
 			"stdout and stderr are streamed as they are written; the value of the last expression\n" +
-			"is printed after them (its text/plain form). With --save-images, PNG results (such as\n" +
-			"matplotlib figures) are saved in DIR and their paths printed on stderr. An error in the\n" +
-			"code prints its traceback on stderr and exits with status 1; Ctrl-C interrupts the\n" +
-			"running code.",
+			"is printed after them (its text/plain form). Charts and images among the results (PNG,\n" +
+			"JPEG, SVG, PDF, such as matplotlib figures) are saved as files in the current directory\n" +
+			"(or --save-images DIR), named result-N-M.EXT, and each path is printed on stderr. With\n" +
+			"--json nothing is streamed: the whole execution (output, results with their data, the\n" +
+			"error) is printed as one JSON object, and images are saved only with --save-images.\n" +
+			"An error in the code prints its traceback on stderr and exits with status 1; Ctrl-C\n" +
+			"interrupts the running code.",
 		examples: []string{
 			"warden run sb-01hzx3k9q2 'x = 21; x * 2'",
 			"warden run sb-01hzx3k9q2 --lang js 'await Promise.resolve(42)'",
 			"warden run sb-01hzx3k9q2 -f analysis.py --save-images ./charts",
+			"warden run --json sb-01hzx3k9q2 '1 + 1' | jq .results",
 			"echo 'ls -l' | warden run sb-01hzx3k9q2 --lang bash -",
 		},
+		json: true,
 	}
 	c.flags = func(fs *flagSet) {
 		fs.String(&o.lang, "lang", "LANG", "python, javascript, typescript or bash (default: python)", "l")
@@ -48,7 +56,7 @@ func runCmd() *command {
 		fs.String(&o.user, "user", "U", "user of the default context (default: the sandbox's)")
 		fs.Var(&o.env, "env", "K=V", "environment variable for this run; repeatable; a bare K copies the local value")
 		fs.Var(&o.timeout, "timeout", "DURATION", "interrupt the code after this long, such as 30s (default: no limit)")
-		fs.String(&o.saveImages, "save-images", "DIR", "save PNG results in DIR")
+		fs.String(&o.saveImages, "save-images", "DIR", "save image results in DIR (default: the current directory;\nwith --json: not saved)")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) < 1 || len(args) > 2 {
@@ -88,30 +96,43 @@ func runCmd() *command {
 			lang = langOfFile(o.file)
 		}
 		req := warden.RunCodeRequest{Code: code, Language: lang, ContextID: o.context, Env: o.env.m, User: o.user, TimeoutSeconds: o.timeout.secs}
-		ex, err := cl.RunCode(ctx, args[0], req, warden.CodeHandlers{
-			OnStdout: func(s string) { io.WriteString(r.env.Stdout, s) },
-			OnStderr: func(s string) { io.WriteString(r.env.Stderr, s) },
-		})
+		var h warden.CodeHandlers
+		if !r.g.json {
+			h.OnStdout = func(s string) { io.WriteString(r.env.Stdout, s) }
+			h.OnStderr = func(s string) { io.WriteString(r.env.Stderr, s) }
+		}
+		ex, err := cl.RunCode(ctx, args[0], req, h)
 		if err != nil {
 			return err
 		}
-		n := 0
-		for _, res := range ex.Results {
-			if o.saveImages != "" && res.PNG != "" {
-				n++
-				b, err := res.PNGBytes()
-				if err != nil {
-					return fmt.Errorf("decode PNG result: %w", err)
-				}
-				if err := os.MkdirAll(o.saveImages, 0o755); err != nil {
-					return err
-				}
-				p := filepath.Join(o.saveImages, fmt.Sprintf("result-%d-%d.png", ex.ExecutionCount, n))
-				if err := os.WriteFile(p, b, 0o644); err != nil {
-					return err
-				}
+		dir := o.saveImages
+		if dir == "" && !r.g.json {
+			dir = "."
+		}
+		var saved []string
+		if dir != "" {
+			if saved, err = saveImages(ex, dir); err != nil {
+				return err
+			}
+			for _, p := range saved {
 				fmt.Fprintf(r.env.Stderr, "saved %s\n", p)
 			}
+		}
+		if r.g.json {
+			out := runJSON{ExecutionCount: ex.ExecutionCount, Stdout: strings.Join(ex.Logs.Stdout, ""),
+				Stderr: strings.Join(ex.Logs.Stderr, ""), Results: ex.Results, Error: ex.Error, Saved: saved}
+			if out.Results == nil {
+				out.Results = []warden.CodeResult{}
+			}
+			if err := printJSON(r.env.Stdout, out); err != nil {
+				return err
+			}
+			if ex.Error != nil {
+				return exitCode(1)
+			}
+			return nil
+		}
+		for _, res := range ex.Results {
 			if res.IsMainResult && res.Text != "" {
 				fmt.Fprintln(r.env.Stdout, res.Text)
 			}
@@ -238,4 +259,76 @@ func contextsRmCmd() *command {
 		return cl.DeleteCodeContext(ctx, args[0], args[1])
 	}
 	return c
+}
+
+// runJSON is what 'warden run --json' prints.
+type runJSON struct {
+	ExecutionCount int                 `json:"execution_count"`
+	Stdout         string              `json:"stdout"`
+	Stderr         string              `json:"stderr"`
+	Results        []warden.CodeResult `json:"results"`
+	Error          *warden.CodeError   `json:"error"`
+	// Saved are the files images were saved to (with --save-images).
+	Saved []string `json:"saved,omitempty"`
+}
+
+// saveImages writes the image results of ex (PNG, JPEG, SVG, PDF) in dir as
+// result-COUNT-N.EXT, never over an existing file, and returns their paths.
+func saveImages(ex *warden.Execution, dir string) ([]string, error) {
+	var saved []string
+	n := 0
+	for _, res := range ex.Results {
+		for _, img := range []struct {
+			data, ext string
+			b64       bool
+		}{{res.PNG, "png", true}, {res.JPEG, "jpg", true}, {res.SVG, "svg", false}, {res.PDF, "pdf", true}} {
+			if img.data == "" {
+				continue
+			}
+			b := []byte(img.data)
+			if img.b64 {
+				var err error
+				if b, err = base64.StdEncoding.DecodeString(img.data); err != nil {
+					return saved, fmt.Errorf("decode %s result: %w", img.ext, err)
+				}
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return saved, err
+			}
+			n++
+			p, err := createNew(dir, fmt.Sprintf("result-%d-%d", ex.ExecutionCount, n), img.ext, b)
+			if err != nil {
+				return saved, err
+			}
+			saved = append(saved, p)
+		}
+	}
+	return saved, nil
+}
+
+// createNew writes b to dir/base.ext, or dir/base_2.ext and so on when that exists.
+func createNew(dir, base, ext string, b []byte) (string, error) {
+	for i := 1; ; i++ {
+		name := base + "." + ext
+		if i > 1 {
+			name = fmt.Sprintf("%s_%d.%s", base, i, ext)
+		}
+		p := filepath.Join(dir, name)
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) && i < 1000 {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, werr := f.Write(b)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			os.Remove(p)
+			return "", werr
+		}
+		return p, nil
+	}
 }

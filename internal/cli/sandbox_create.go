@@ -15,6 +15,9 @@ func sandboxCreateCmd() *command {
 		meta    kvFlag
 		netMode string
 		allow   string
+		cpu     cpuFlag
+		mem     sizeFlag
+		disk    sizeFlag
 	)
 	c := &command{
 		name:  "create",
@@ -23,7 +26,7 @@ func sandboxCreateCmd() *command {
 			"with --json). Flags left out take the daemon's defaults.",
 		examples: []string{
 			"warden sandbox create",
-			"id=$(warden sandbox create --template base --memory 1024 --timeout 1h --meta job=42)",
+			"id=$(warden sandbox create --cpu 2 --memory 1g --disk 10G --timeout 1h --meta job=42)",
 			"warden sandbox create --net allowlist --allow pypi.org,files.pythonhosted.org,*.github.com",
 			"warden sandbox create --isolation gvisor --auto-pause",
 		},
@@ -33,9 +36,9 @@ func sandboxCreateCmd() *command {
 		env.allowBare = true
 		fs.String(&req.Template, "template", "T", "template to start from (default: the daemon's, base)")
 		fs.String(&req.Isolation, "isolation", "BACKEND", "isolation backend: native or gvisor (default: the daemon's)")
-		fs.Int(&req.CPUMillis, "cpu", "MILLIS", "CPU limit in thousandths of a CPU (1000 = one CPU)")
-		fs.Int(&req.MemoryMB, "memory", "MB", "memory limit in MiB")
-		fs.Int(&req.DiskMB, "disk", "MB", "disk limit in MiB")
+		fs.Var(&cpu, "cpu", "CPUS", "CPU limit in CPUs, such as 2 or 0.5 (or millicores: 500m)")
+		fs.Var(&mem, "memory", "SIZE", "memory limit, such as 512m or 1g (a bare number is MiB)")
+		fs.Var(&disk, "disk", "SIZE", "disk limit, such as 1g or 10G (a bare number is MiB)")
 		fs.Var(&timeout, "timeout", "DURATION", "kill the sandbox after this long, such as 300, 90s, 1h\n(default: the daemon's, 5m)")
 		fs.Var(&env, "env", "K=V", "environment variable for every process in the sandbox; repeatable;\na bare K copies the local value")
 		fs.Var(&meta, "meta", "K=V", "metadata pair to label the sandbox with; repeatable")
@@ -54,6 +57,7 @@ func sandboxCreateCmd() *command {
 			return usageErr(c, "--env %v", err)
 		}
 		req.Env, req.Metadata, req.TimeoutSeconds = env.m, meta.m, timeout.secs
+		req.CPUMillis, req.MemoryMB, req.DiskMB = cpu.millis, mem.mib, disk.mib
 		if netMode != "" || allow != "" {
 			p, err := parseNetwork(netMode, allow)
 			if err != nil {
@@ -67,7 +71,7 @@ func sandboxCreateCmd() *command {
 		}
 		sb, err := cl.CreateSandbox(ctx, req)
 		if err != nil {
-			return err
+			return flagWords(err)
 		}
 		if r.g.json {
 			return printJSON(r.env.Stdout, sb)

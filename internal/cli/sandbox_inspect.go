@@ -63,7 +63,7 @@ func writeSandbox(w io.Writer, sb warden.Sandbox, now time.Time) error {
 		f.add("Ended", ended)
 		f.add("End reason", orDash(sb.EndReason))
 	} else {
-		f.add("Expires", timestamp(sb.ExpiresAt, now))
+		f.add("Expires", expiry(sb, now, true))
 	}
 	return f.flush()
 }

@@ -123,13 +123,22 @@ func sandboxNetCmd() *command {
 			fmt.Fprintf(tw, "allow:\t%s\tports %v\n", target, rule.Ports)
 		}
 		if s := st.Stats; s != nil {
-			fmt.Fprintf(tw, "traffic:\t%d B out, %d B in, %d TCP, %d UDP, %d denied, %d DNS queries\n",
-				s.BytesOut, s.BytesIn, s.TCPConnections, s.UDPFlows, s.Denied, s.DNSQueries)
+			fmt.Fprintf(tw, "traffic:\t%s out, %s in, %d TCP, %d UDP, %d denied, %d DNS queries\n",
+				bytesIEC(int64(s.BytesOut)), bytesIEC(int64(s.BytesIn)), s.TCPConnections, s.UDPFlows, s.Denied, s.DNSQueries)
 			for _, d := range s.RecentDenials {
-				fmt.Fprintf(tw, "denied:\t%s %s\t%s\n", d.Proto, d.Target, d.Reason)
+				fmt.Fprintf(tw, "denied:\t%s\t%s\n", denialTarget(d), d.Reason)
 			}
 		}
 		return tw.Flush()
 	}
 	return c
+}
+
+// denialTarget writes a denial's target as "tcp 10.0.0.1:80": the daemon's target already
+// starts with the protocol, which is added only when it does not.
+func denialTarget(d warden.NetworkDenial) string {
+	if d.Proto == "" || strings.HasPrefix(d.Target, d.Proto+" ") {
+		return d.Target
+	}
+	return d.Proto + " " + d.Target
 }

@@ -32,10 +32,20 @@ func sandboxUsageCmd() *command {
 		f := newFields(r.env.Stdout)
 		f.add("CPU time", time.Duration(u.CPUNanos).Round(time.Millisecond).String())
 		f.add("Memory", fmt.Sprintf("%s (peak %s)", bytesIEC(u.MemoryBytes), bytesIEC(u.MemoryPeak)))
-		f.add("Processes", fmt.Sprint(u.PIDs))
-		f.add("Disk", bytesIEC(u.DiskBytes))
+		// -1: the backend cannot observe it (gvisor: pids live in gVisor's
+		// kernel, the writable layer in its memory).
+		f.add("Processes", notReported(u.PIDs, fmt.Sprint(u.PIDs)))
+		f.add("Disk", notReported(u.DiskBytes, bytesIEC(u.DiskBytes)))
 		f.add("OOM events", fmt.Sprint(u.OOMEvents))
 		return f.flush()
 	}
 	return c
+}
+
+// notReported is s, or "not reported" for a figure the backend gives as -1.
+func notReported(n int64, s string) string {
+	if n < 0 {
+		return "not reported"
+	}
+	return s
 }

@@ -98,7 +98,7 @@ func secretGrantCmd() *command {
 	}
 	c.flags = func(fs *flagSet) {
 		fs.String(&g.Sandbox, "sandbox", "ID", "the sandbox that may use the secret")
-		fs.String(&g.Principal, "principal", "ID", "or: every sandbox of this principal")
+		fs.String(&g.Principal, "principal", "P", "or: every sandbox of this principal (ID or name)")
 		fs.String(&hosts, "host", "LIST", "hosts (or *.example.com) the secret may be sent to, comma-separated")
 		fs.String(&g.Header, "header", "NAME", "the request header that carries it (default Authorization)")
 		fs.String(&g.PathPrefix, "path", "PREFIX", "only requests under this path")
@@ -115,6 +115,9 @@ func secretGrantCmd() *command {
 		}
 		cl, err := r.client()
 		if err != nil {
+			return err
+		}
+		if g.Principal, err = resolvePrincipal(ctx, cl, g.Principal); err != nil {
 			return err
 		}
 		out, err := cl.CreateGrant(ctx, args[0], g)

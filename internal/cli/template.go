@@ -71,8 +71,8 @@ func (p *progress) event(ev warden.TemplateEvent) {
 		}
 		fmt.Fprintf(p.w, "  %s\n", ev.Text)
 	case "done":
+		// The command prints the result itself, once.
 		p.finish()
-		fmt.Fprintln(p.w, ev.Text)
 	case "progress":
 		label := fmt.Sprintf("layer %d/%d %s", ev.Index+1, ev.Count, shortDigest(ev.Layer))
 		switch {
@@ -120,7 +120,7 @@ func shortDigest(d string) string {
 func sizeOf(n int64) string {
 	switch {
 	case n <= 0:
-		return ""
+		return "0 B"
 	case n < 1<<10:
 		return fmt.Sprintf("%d B", n)
 	case n < 1<<20:
@@ -139,8 +139,8 @@ func templateBuildCmd() *command {
 		insecure   bool
 		netMode    string
 		netAllow   string
-		cpu        int64
-		mem, disk  int64
+		cpu        cpuFlag
+		mem, disk  sizeFlag
 	)
 	c := &command{
 		name:  "build",
@@ -165,9 +165,9 @@ func templateBuildCmd() *command {
 		fs.Bool(&insecure, "insecure-registry", "plain HTTP for FROM images (only registries the daemon allows it for)")
 		fs.String(&netMode, "network", "MODE", "network of the RUN steps: none (default), open or allowlist")
 		fs.String(&netAllow, "allow", "LIST", "with --network allowlist: host names (ports 80 and 443), comma-separated")
-		fs.Int64(&cpu, "cpu", "MILLICORES", "CPU of the build sandboxes, and the template's default")
-		fs.Int64(&mem, "memory", "MIB", "memory of the build sandboxes, and the template's default")
-		fs.Int64(&disk, "disk", "MIB", "the template's default disk size")
+		fs.Var(&cpu, "cpu", "CPUS", "CPUs of the build sandboxes, and the template's default, such as 2 or 0.5")
+		fs.Var(&mem, "memory", "SIZE", "memory of the build sandboxes, and the template's default, such as 1g")
+		fs.Var(&disk, "disk", "SIZE", "the template's default disk size, such as 10G")
 	}
 	c.run = func(ctx context.Context, r *runner, argv []string) error {
 		if len(argv) != 1 {
@@ -199,7 +199,7 @@ func templateBuildCmd() *command {
 		defer pr.Close()
 		p := newProgress(r.env.Stderr)
 		res, err := cl.BuildTemplate(ctx, warden.BuildRequest{Name: name, Dockerfile: file, Args: args.m, NoCache: noCache,
-			InsecureRegistry: insecure, CPUMillis: cpu, MemoryMB: mem, DiskMB: disk, Network: netMode, Allow: splitList(netAllow)}, pr, p.event)
+			InsecureRegistry: insecure, CPUMillis: int64(cpu.millis), MemoryMB: int64(mem.mib), DiskMB: int64(disk.mib), Network: netMode, Allow: splitList(netAllow)}, pr, p.event)
 		p.finish()
 		if err != nil {
 			return err
@@ -360,7 +360,11 @@ func templateImportCmd() *command {
 		defer p.finish()
 		var t warden.Template
 		src := argv[0]
-		if st, serr := os.Stat(src); serr == nil {
+		st, serr := os.Stat(src)
+		if serr != nil && looksLocal(src) {
+			return withHint(fmt.Errorf("%s: no such file or directory", src), "give the path of a docker-save or OCI archive, or an image reference such as docker.io/library/python:3.12")
+		}
+		if serr == nil {
 			var body io.Reader
 			if st.IsDir() {
 				if _, err := os.Stat(filepath.Join(src, "oci-layout")); err != nil {
@@ -392,6 +396,9 @@ func templateImportCmd() *command {
 		}
 		p.finish()
 		if err != nil {
+			if ctx.Err() != nil {
+				return withHint(ctx.Err(), "the import is cancelled: the daemon stops it when warden goes; layers it already stored are kept and not fetched again")
+			}
 			return err
 		}
 		if r.g.json {
@@ -583,4 +590,18 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// looksLocal reports whether an import source is meant as a local path: it starts with
+// "/", "." or "~", or ends like an archive (.tar, .tar.gz, .tgz, .oci).
+func looksLocal(src string) bool {
+	if strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~") {
+		return true
+	}
+	for _, ext := range []string{".tar", ".tar.gz", ".tgz", ".oci"} {
+		if strings.HasSuffix(strings.ToLower(src), ext) {
+			return true
+		}
+	}
+	return false
 }

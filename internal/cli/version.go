@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -26,11 +27,12 @@ func version() string {
 
 // versionInfo is what `warden version --json` prints.
 type versionInfo struct {
-	Client    string `json:"client"`
-	GoVersion string `json:"go_version"`
-	Server    string `json:"server,omitempty"`
-	URL       string `json:"url"`
-	Error     string `json:"error,omitempty"`
+	Client    string   `json:"client"`
+	GoVersion string   `json:"go_version"`
+	Server    string   `json:"server,omitempty"`
+	Backends  []string `json:"backends,omitempty"` // the daemon's isolation backends ready now
+	URL       string   `json:"url"`
+	Error     string   `json:"error,omitempty"`
 }
 
 func versionCmd() *command {
@@ -61,6 +63,7 @@ func versionCmd() *command {
 			info.Error = oneLine(msg)
 		} else {
 			info.Server = h.Version
+			info.Backends = h.Backends
 		}
 		if r.g.json {
 			return printJSON(r.env.Stdout, info)
@@ -70,6 +73,9 @@ func versionCmd() *command {
 			fmt.Fprintf(r.env.Stdout, "server: unreachable: %s\n", info.Error)
 		} else {
 			fmt.Fprintf(r.env.Stdout, "server: %s (%s)\n", orDash(info.Server), info.URL)
+			if len(info.Backends) > 0 {
+				fmt.Fprintf(r.env.Stdout, "backends ready: %s\n", strings.Join(info.Backends, ", "))
+			}
 		}
 		return nil
 	}

@@ -21,6 +21,10 @@ import (
 // Version is the config file format this build reads.
 const Version = 1
 
+// DefaultE2BListen is where the E2B-compatible API listens unless told
+// otherwise, so that E2B's SDKs work against a fresh wardend.
+const DefaultE2BListen = "127.0.0.1:3000"
+
 // DefaultFile is where wardend looks for its config file.
 const DefaultFile = "/etc/warden/wardend.yaml"
 
@@ -31,8 +35,13 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Socket is the unix socket of the HTTP API ("" disables it).
 	Socket string `yaml:"socket"`
+	// SocketGroup is the group that may use the socket (mode 0660,
+	// root:SocketGroup; created as a system group when missing); ""
+	// keeps it root-only (0600).
+	SocketGroup string `yaml:"socket_group"`
 	// E2BListen is the TCP address of the E2B-compatible API (control
-	// plane and sandbox traffic on one port; "" disables it).
+	// plane and sandbox traffic on one port; default 127.0.0.1:3000, ""
+	// disables it).
 	E2BListen string `yaml:"e2b_listen"`
 	// E2BDomain, when set, turns on E2B's host routing: requests to
 	// {port}-{sandboxID}.{E2BDomain} on the E2B listener reach that
@@ -145,6 +154,8 @@ func Default() Config {
 		Version:         Version,
 		Listen:          "127.0.0.1:7070",
 		Socket:          "/run/warden/wardend.sock",
+		E2BListen:       DefaultE2BListen,
+		SocketGroup:     "warden",
 		StateDir:        "/var/lib/warden",
 		RunDir:          "/run/warden",
 		Backend:         "native",
@@ -198,10 +209,11 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	file := fs.String("config", "", "config file (YAML; default "+DefaultFile+" if it exists; env WARDEN_CONFIG)")
 	listen := fs.String("listen", "", "TCP address of the HTTP API, \"\" to disable (default 127.0.0.1:7070; env WARDEN_LISTEN)")
 	socket := fs.String("socket", "", "unix socket of the HTTP API, \"\" to disable (default /run/warden/wardend.sock; env WARDEN_SOCKET)")
+	socketGroup := fs.String("socket-group", "", "group allowed to use the unix socket (0660), created when missing; \"\" keeps it root-only (default warden; env WARDEN_SOCKET_GROUP)")
 	stateDir := fs.String("state-dir", "", "state directory: database, keys, templates (default /var/lib/warden; env WARDEN_STATE_DIR)")
 	runDir := fs.String("run-dir", "", "runtime directory (default /run/warden; env WARDEN_RUN_DIR)")
 	agent := fs.String("agent", "", "warden-agent binary (default: next to wardend; env WARDEN_AGENT)")
-	e2bListen := fs.String("e2b-listen", "", "TCP address of the E2B-compatible API, \"\" (the default) disables it (env WARDEN_E2B_LISTEN)")
+	e2bListen := fs.String("e2b-listen", "", "TCP address of the E2B-compatible API, \"\" to disable (default "+DefaultE2BListen+"; env WARDEN_E2B_LISTEN)")
 	e2bDomain := fs.String("e2b-domain", "", "domain of E2B host routing ({port}-{id}.DOMAIN); \"\" (the default) routes by headers only (env WARDEN_E2B_DOMAIN)")
 	previewDomain := fs.String("preview-domain", "", "serve sandbox ports at {port}-{id}.DOMAIN as well as by path; \"\" (the default) serves them by path only (env WARDEN_PREVIEW_DOMAIN)")
 	debugListen := fs.String("debug-listen", "", "serve Go's profiler (pprof) on this address, such as 127.0.0.1:6060; no authentication (env WARDEN_DEBUG_LISTEN)")
@@ -250,6 +262,7 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 	}
 	set(&c.Listen, *listen, "WARDEN_LISTEN")
 	set(&c.Socket, *socket, "WARDEN_SOCKET")
+	set(&c.SocketGroup, *socketGroup, "WARDEN_SOCKET_GROUP")
 	set(&c.StateDir, *stateDir, "WARDEN_STATE_DIR")
 	set(&c.RunDir, *runDir, "WARDEN_RUN_DIR")
 	set(&c.AgentPath, *agent, "WARDEN_AGENT")
@@ -272,6 +285,8 @@ func Load(args []string, getenv func(string) string, fs *flag.FlagSet) (Config, 
 			c.Socket = ""
 		case f.Name == "e2b-listen" && *e2bListen == "":
 			c.E2BListen = ""
+		case f.Name == "socket-group" && *socketGroup == "":
+			c.SocketGroup = ""
 		}
 	})
 	if v := getenv("WARDEN_MAX_SANDBOXES"); v != "" {
@@ -340,6 +355,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: e2b_listen %q is the same address as listen", c.E2BListen)
 		}
 	}
+	if c.SocketGroup != "" && !groupName(c.SocketGroup) {
+		return fmt.Errorf("config: socket_group %q is not a group name", c.SocketGroup)
+	}
 	if c.StateDir == "" || c.RunDir == "" {
 		return errors.New("config: state_dir and run_dir must be set")
 	}
@@ -399,4 +417,20 @@ func (c *Config) Validate() error {
 // and with a dot unless it is localhost.
 func domainName(d string) bool {
 	return !strings.ContainsAny(d, "/: ") && !strings.HasPrefix(d, ".") && (strings.Contains(d, ".") || d == "localhost")
+}
+
+// groupName reports whether g is a portable group name (what groupadd
+// accepts without complaint): a lower-case letter or underscore, then
+// lower-case letters, digits, underscores or dashes.
+func groupName(g string) bool {
+	if len(g) == 0 || len(g) > 32 {
+		return false
+	}
+	for i, r := range g {
+		ok := r >= 'a' && r <= 'z' || r == '_' || i > 0 && (r >= '0' && r <= '9' || r == '-')
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -64,10 +64,15 @@ func TestRejects(t *testing.T) {
 
 func TestE2BListen(t *testing.T) {
 	c, err := load(t, nil, nil)
-	if err != nil || c.E2BListen != "" {
-		t.Fatalf("default e2b_listen = %q, %v; want off", c.E2BListen, err)
+	if err != nil || c.E2BListen != "127.0.0.1:3000" {
+		t.Fatalf("default e2b_listen = %q, %v; want 127.0.0.1:3000", c.E2BListen, err)
 	}
 	dir := t.TempDir()
+	off := filepath.Join(dir, "off.yaml")
+	os.WriteFile(off, []byte("version: 1\ne2b_listen: \"\"\n"), 0o600)
+	if c, err = load(t, []string{"--config", off}, nil); err != nil || c.E2BListen != "" {
+		t.Fatalf("e2b_listen: \"\" in the file should disable it: %q, %v", c.E2BListen, err)
+	}
 	file := filepath.Join(dir, "w.yaml")
 	os.WriteFile(file, []byte("version: 1\ne2b_listen: 127.0.0.1:3000\n"), 0o600)
 	c, err = load(t, []string{"--config", file}, nil)

@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/api"
@@ -94,21 +95,26 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 
-	nb, err := native.New(native.Config{RunDir: filepath.Join(cfg.RunDir, "native"), AgentPath: cfg.AgentPath, Landlock: cfg.Landlock})
+	nb, err := native.New(native.Config{RunDir: filepath.Join(cfg.RunDir, "native"), AgentPath: cfg.AgentPath, Landlock: cfg.Landlock,
+		DiskDir: filepath.Join(cfg.StateDir, "disks", "native")})
 	if err != nil {
 		return err
 	}
+	if medium, why := nb.WritableLayer(); medium != "disk" {
+		log.Error("SANDBOX DISK IS MEMORY: native sandboxes' writable layers cannot go on disk here and use a tmpfs charged to their memory limit (a large upload can OOM-kill a sandbox)", "reason", why)
+	}
 	// gVisor when runsc is installed; the default backend only if asked.
+	// Without runsc the daemon serves native sandboxes and brings gvisor up
+	// when runsc appears (see gvisorProber), without a restart.
 	var gb *gvisor.Backend
+	var gprobe *gvisorProber
 	if !cfg.GVisor.Disabled {
-		if err := gvisor.Preflight(); err != nil {
+		gprobe = &gvisorProber{cfg: cfg, log: log}
+		if gb, err = gprobe.probe(ctx); err != nil {
 			if cfg.Backend == gvisor.ID {
 				return fmt.Errorf("backend gvisor cannot run here: %w", err)
 			}
-			log.Warn("the gvisor backend is unavailable; sandboxes use native isolation only", "reason", err)
-		} else if gb, err = gvisor.New(gvisor.Config{RunDir: filepath.Join(cfg.RunDir, "gvisor"), AgentPath: cfg.AgentPath,
-			DirectFS: cfg.GVisor.DirectFS, CheckpointDir: filepath.Join(cfg.StateDir, "gvisor-checkpoints")}); err != nil {
-			return fmt.Errorf("backend gvisor: %w", err)
+			log.Warn("the gvisor backend is unavailable for now; sandboxes use native isolation until runsc is installed (checked again every "+gvisorRetry.String()+" and at each gvisor create)", "reason", err)
 		}
 	}
 	var b backend.Backend = nb
@@ -118,6 +124,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	tmpl, err := template.OpenStore(filepath.Join(cfg.StateDir, TemplatesDir))
 	if err != nil {
 		return fmt.Errorf("open template store: %w", err)
+	}
+	if b, err := tmpl.Base(); err == nil && b.Warning != "" {
+		log.Warn(b.Warning)
 	}
 	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
 		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
@@ -206,6 +215,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	bodies := connguard.BodyLimits{Timeout: cfg.Limits.BodyTimeout, MinRate: cfg.Limits.BodyMinRate, StreamTimeout: cfg.Limits.StreamBodyTimeout}
+	// Operation durations, OOM kills, the warm pool; per-sandbox usage.
+	for _, c := range mgr.Collectors() {
+		if err := srv.RegisterCollector(c); err != nil {
+			return err
+		}
+	}
 	mgr.OnEnd = func(sb store.Sandbox) {
 		srv.SandboxEnded(sb)
 		brk.Forget(sb.ID)
@@ -226,8 +241,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
 	}
 	cleanOrphans(ctx, nativeOrphans{nb}, log)
+	nb.PurgeDisks()
 	if gb != nil {
 		cleanOrphans(ctx, gb, log)
+		if err := gb.PurgeDisks(); err != nil {
+			log.Warn("remove leftover gvisor disk images", "err", err)
+		}
 		if err := gb.PurgeSnapshots(); err != nil { // forks a crash interrupted
 			log.Warn("remove leftover fork snapshots", "err", err)
 		}
@@ -252,6 +271,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	}
 	if cfg.Socket != "" {
 		ln, err := listenUnix(cfg.Socket)
+		if err == nil {
+			if err = socketAccess(cfg.Socket, cfg.SocketGroup, log); err != nil {
+				ln.Close()
+			}
+		}
 		if err != nil {
 			for _, l := range lns {
 				l.Close()
@@ -270,13 +294,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 				TokenKey: tokenKey, MaxTimeout: cfg.MaxTimeout, Domain: cfg.E2BDomain})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
-				if err != nil {
+				if err != nil && cfg.E2BListen == config.DefaultE2BListen && errors.Is(err, syscall.EADDRINUSE) {
+					// The default port is a popular one (dev servers): a
+					// fresh wardend starts without the E2B API rather
+					// than not at all, and says how to move it.
+					log.Warn("the E2B-compatible API is off: its default address is in use; move it with --e2b-listen ADDR (or turn it off with --e2b-listen \"\")",
+						"addr", cfg.E2BListen, "err", err)
+					err = nil
+				} else if err != nil {
 					err = fmt.Errorf("listen on %s (e2b): %w", cfg.E2BListen, err)
 				} else {
 					e2bLn = conns.Listen(e2bLn, connguard.E2BReject)
 				}
 			}
-			if err == nil {
+			if err == nil && e2bLn != nil {
 				e2bSrv = &http.Server{Handler: bodies.Handler(es.Handler()), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
 					MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 			}
@@ -311,6 +342,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	defer stop()
 	go mgr.Run(rctx)
 	mgr.StartPool(rctx)
+	if gprobe != nil {
+		gprobe.attach(rctx, mgr)
+	}
 
 	errc := make(chan error, len(lns)+2)
 	var wg sync.WaitGroup
@@ -322,7 +356,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 				errc <- err
 			}
 		}()
-		log.Info("serving the E2B-compatible API", "tcp", e2bLn.Addr().String())
+		e2bURL := "http://" + e2bLn.Addr().String()
+		log.Info("serving the E2B-compatible API (E2B's SDKs: set these, with a Warden API key as E2B_API_KEY)", "tcp", e2bLn.Addr().String(),
+			"E2B_API_URL", e2bURL, "E2B_SANDBOX_URL", e2bURL)
 	}
 	if metricsSrv != nil {
 		wg.Add(1)
@@ -343,7 +379,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			}
 		}()
 	}
-	log.Info("wardend serving", "version", version.Version, "tcp", cfg.Listen, "socket", cfg.Socket, "backend", b.ID(), "state_dir", cfg.StateDir)
+	log.Info("wardend serving", "version", version.Version, "tcp", cfg.Listen, "socket", cfg.Socket, "backend", b.ID(), "backends_ready", strings.Join(mgr.Backends(), ","), "state_dir", cfg.StateDir)
 	if ready != nil {
 		ready(tcpAddr, cfg.Socket)
 	}
@@ -377,6 +413,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 }
 
 // listenUnix listens on a root-only unix socket, replacing a stale one.
+// socketAccess then opens it to the socket group.
 func listenUnix(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create socket dir: %w", err)
@@ -390,6 +427,7 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
+	// Root-only until socketAccess opens it to its group.
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("chmod %s: %w", path, err)

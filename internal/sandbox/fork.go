@@ -26,12 +26,12 @@ type ForkRequest struct {
 	Metadata map[string]string // added to the source's, after forked_from=<source id>
 }
 
-// Fork makes n new sandboxes from a running sandbox's memory and files, on
+// fork makes n new sandboxes from a running sandbox's memory and files, on
 // backends that can (gvisor): each runs what the source ran at the
 // snapshot, with its own id, writable layers and random numbers. The
 // source keeps running. All are made or none: on a failure the forks
 // already made are killed.
-func (m *Manager) Fork(ctx context.Context, id string, req ForkRequest) ([]store.Sandbox, error) {
+func (m *Manager) fork(ctx context.Context, id string, req ForkRequest) ([]store.Sandbox, error) {
 	if req.N < 1 || req.N > MaxFork {
 		return nil, fmt.Errorf("%w: count must be between 1 and %d", ErrInvalid, MaxFork)
 	}

@@ -106,9 +106,15 @@ type Manager struct {
 	tmpl Templates
 	log  *slog.Logger
 
-	backends map[string]backend.Backend // by ID, the default included
+	backendsMu sync.RWMutex
+	backends   map[string]backend.Backend // by ID, the default included
+	// Probe, when set, is asked to make backend id available when a create
+	// asks for one the manager lacks (gvisor once runsc is installed); it
+	// reports whether it added it with AddBackend.
+	Probe func(id string) bool
 
 	pool     chan pooled // started, warmed, unclaimed sandboxes
+	met      *metrics    // see metrics.go
 	poolWake chan struct{}
 	poolDone sync.WaitGroup
 
@@ -148,16 +154,30 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 		cfg.Reap = time.Second
 	}
 	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log, backends: map[string]backend.Backend{b.ID(): b},
-		pool: make(chan pooled, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1),
+		pool: make(chan pooled, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1), met: newMetrics(),
 		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}, links: map[string]*network.Link{}}
 }
 
-// AddBackend makes another backend available to CreateRequest.Isolation.
-// Call it before the manager serves.
-func (m *Manager) AddBackend(b backend.Backend) { m.backends[b.ID()] = b }
+// AddBackend makes another backend available to CreateRequest.Isolation,
+// before or while the manager serves.
+func (m *Manager) AddBackend(b backend.Backend) {
+	m.backendsMu.Lock()
+	m.backends[b.ID()] = b
+	m.backendsMu.Unlock()
+}
+
+// backend returns the backend with id, if the manager has it.
+func (m *Manager) backend(id string) (backend.Backend, bool) {
+	m.backendsMu.RLock()
+	defer m.backendsMu.RUnlock()
+	b, ok := m.backends[id]
+	return b, ok
+}
 
 // Backends lists the available backends' IDs, the default first.
 func (m *Manager) Backends() []string {
+	m.backendsMu.RLock()
+	defer m.backendsMu.RUnlock()
 	ids := []string{m.b.ID()}
 	for id := range m.backends {
 		if id != m.b.ID() {
@@ -170,7 +190,7 @@ func (m *Manager) Backends() []string {
 
 // backendFor returns the backend that runs h.
 func (m *Manager) backendFor(h backend.Handle) (backend.Backend, error) {
-	if b, ok := m.backends[h.Backend]; ok {
+	if b, ok := m.backend(h.Backend); ok {
 		return b, nil
 	}
 	return nil, fmt.Errorf("%w: backend %q is not available on this daemon", backend.ErrUnsupported, h.Backend)
@@ -179,7 +199,7 @@ func (m *Manager) backendFor(h backend.Handle) (backend.Backend, error) {
 // bk is backendFor for handles the manager made itself (their backend is
 // known to be there).
 func (m *Manager) bk(h backend.Handle) backend.Backend {
-	if b, ok := m.backends[h.Backend]; ok {
+	if b, ok := m.backend(h.Backend); ok {
 		return b
 	}
 	return m.b
@@ -246,7 +266,10 @@ func (m *Manager) validate(req *CreateRequest) error {
 	if req.Isolation == "" {
 		req.Isolation = m.b.ID()
 	}
-	b, ok := m.backends[req.Isolation]
+	b, ok := m.backend(req.Isolation)
+	if !ok && m.Probe != nil && m.Probe(req.Isolation) {
+		b, ok = m.backend(req.Isolation)
+	}
 	if !ok {
 		return fmt.Errorf("%w: isolation %q is not available on this daemon (available: %s)", ErrInvalid, req.Isolation, strings.Join(m.Backends(), ", "))
 	}
@@ -261,9 +284,8 @@ func (m *Manager) validate(req *CreateRequest) error {
 	return nil
 }
 
-// Create creates and starts a sandbox and returns it running (or the error
-// that made it fail; its record is then "failed").
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+// create is Create without its metrics.
+func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
 	if err := m.validate(&req); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -303,11 +325,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		sb, err := m.startPooled(ctx, req, p)
 		if err == nil {
 			started = true
+			m.met.hits.Inc()
 			return sb, nil
 		}
 		m.log.Warn("pooled sandbox unusable; booting a new one", "err", err)
+		m.met.misses.Inc()
 	}
-	bk := m.backends[req.Isolation]
+	bk, _ := m.backend(req.Isolation)
 	id := NewID()
 	spec := tm.Spec(id)
 	for k, v := range req.Env {
@@ -415,8 +439,9 @@ func (m *Manager) poolable(req CreateRequest) bool {
 // pooled is a started sandbox waiting in the pool, with the agent client
 // that warmed it (its HTTP/2 connection stays open for the first exec).
 type pooled struct {
-	h backend.Handle
-	c *agentclient.Client
+	h  backend.Handle
+	c  *agentclient.Client
+	id string // the sandbox id its claimer gets, already its hostname
 }
 
 // claim takes a started sandbox from the pool, if req can use one.
@@ -432,6 +457,7 @@ func (m *Manager) claim(req CreateRequest) (pooled, bool) {
 		}
 		return p, true
 	default:
+		m.met.misses.Inc()
 		return pooled{}, false
 	}
 }
@@ -459,7 +485,7 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	now := time.Now().UTC()
 	raw, _ := json.Marshal(h)
 	tm, _ := m.tmpl.Get(template.BaseName)
-	id := NewID()
+	id := p.id
 	sb := store.Sandbox{
 		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
@@ -563,7 +589,13 @@ func (m *Manager) prestart(ctx context.Context) (pooled, error) {
 	if err != nil {
 		return pooled{}, err
 	}
-	spec := tm.Spec("pool-" + strings.TrimPrefix(NewID(), "sb-"))
+	// The id its claimer will get is chosen now and is the sandbox's
+	// hostname from the start (a hostname cannot change under running
+	// processes); the host-side name stays pool-* until claimed, so
+	// unclaimed ones are known as pooled after a crash.
+	id := NewID()
+	spec := tm.Spec("pool-" + strings.TrimPrefix(id, "sb-"))
+	spec.Hostname = id
 	spec.Limits = backend.DefaultLimits
 	bctx := context.WithoutCancel(ctx)
 	h, err := m.b.Create(bctx, spec)
@@ -583,7 +615,7 @@ func (m *Manager) prestart(ctx context.Context) (pooled, error) {
 		m.b.Delete(bctx, started)
 		return pooled{}, fmt.Errorf("warm pooled sandbox: exit %d: %v", res.ExitCode, err)
 	}
-	return pooled{h: started, c: c}, nil
+	return pooled{h: started, c: c, id: id}, nil
 }
 
 // drainPool deletes every unclaimed pooled sandbox.
@@ -609,6 +641,9 @@ func (m *Manager) watch(id string, h backend.Handle) {
 	if es.Reason != "" {
 		reason = es.Reason
 	}
+	if sb, err := m.st.GetSandbox(context.Background(), id); err == nil && !State(sb.State).Terminal() && State(sb.State) != StateStopping {
+		m.log.Warn("sandbox ended by itself", "sandbox", id, "reason", reason)
+	}
 	m.kill(context.Background(), id, StateStopped, reason, false)
 }
 
@@ -626,7 +661,8 @@ func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]store.Sand
 	return m.st.ListSandboxes(ctx, f)
 }
 
-// SetTimeout sets a running sandbox's expiry to now + d.
+// SetTimeout sets a running sandbox's expiry to now + d; a paused sandbox
+// gets d when it is resumed (its countdown does not run while paused).
 func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (store.Sandbox, error) {
 	if d < time.Second || d > m.cfg.MaxTimeout {
 		return store.Sandbox{}, fmt.Errorf("%w: timeout must be between 1s and %s", ErrInvalid, m.cfg.MaxTimeout)
@@ -636,6 +672,9 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (s
 			return &StateError{ID: id, State: State(s.State), Want: "running or paused"}
 		}
 		s.ExpiresAt = time.Now().UTC().Add(d)
+		if State(s.State) == StatePaused {
+			s.Lifecycle.ResumeTimeout = d
+		}
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -644,9 +683,8 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (s
 	return sb, err
 }
 
-// Kill stops a sandbox and frees its resources. Killing a sandbox that has
-// already ended is not an error.
-func (m *Manager) Kill(ctx context.Context, id, reason string) error {
+// killByID is Kill without its metrics.
+func (m *Manager) killByID(ctx context.Context, id, reason string) error {
 	if _, err := m.Get(ctx, id); err != nil {
 		return err
 	}
@@ -709,10 +747,8 @@ func (m *Manager) finish(ctx context.Context, id string, final State, reason str
 	}
 }
 
-// Pause freezes a running sandbox on backends that can (native: the cgroup
-// freezer; processes and memory stay resident, no CPU is used). A failed
-// pause leaves the sandbox running.
-func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+// pause is Pause without its metrics.
+func (m *Manager) pause(ctx context.Context, id string) (store.Sandbox, error) {
 	h, err := m.handle(ctx, id, StateRunning)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -731,6 +767,10 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 			return &StateError{ID: id, State: State(s.State), Want: string(StateRunning)}
 		}
 		s.State = string(StatePaused)
+		// The countdown stops: a resume gives back what was left, or the
+		// whole timeout when less was (a sandbox paused at its timeout
+		// would otherwise be killed at once).
+		s.Lifecycle.ResumeTimeout = max(time.Until(s.ExpiresAt), s.Lifecycle.Timeout, time.Second).Round(time.Second)
 		return nil
 	})
 	if err != nil {
@@ -739,8 +779,8 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 	return sb, err
 }
 
-// Resume thaws a paused sandbox.
-func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
+// resume is Resume without its metrics.
+func (m *Manager) resume(ctx context.Context, id string) (store.Sandbox, error) {
 	h, err := m.handle(ctx, id, StatePaused)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -765,14 +805,18 @@ func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) 
 	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State) == StatePaused {
 			s.State = string(StateRunning)
-			// A paused sandbox does not time out; resumed, it gets its
-			// timeout anew (a sandbox paused at its timeout would
-			// otherwise be killed at once).
-			if t := s.Lifecycle.Timeout; t > 0 {
+			// A paused sandbox does not time out; resumed, it counts down
+			// from where the pause froze it (Lifecycle.ResumeTimeout). A
+			// sandbox paused before that was recorded gets its timeout
+			// anew.
+			if left := s.Lifecycle.ResumeTimeout; left > 0 {
+				s.ExpiresAt = time.Now().UTC().Add(left)
+			} else if t := s.Lifecycle.Timeout; t > 0 {
 				if exp := time.Now().UTC().Add(t); s.ExpiresAt.Before(exp) {
 					s.ExpiresAt = exp
 				}
 			}
+			s.Lifecycle.ResumeTimeout = 0
 		}
 		return nil
 	})
@@ -997,6 +1041,9 @@ func (m *Manager) forwardEvents(id string, h backend.Handle) {
 	go func() {
 		for e := range ch {
 			m.log.Info("sandbox event", "sandbox", id, "kind", e.Kind, "detail", e.Detail)
+			if e.Kind == "oom" {
+				m.met.oom.WithLabelValues(h.Backend).Inc()
+			}
 			if m.OnEvent != nil {
 				m.OnEvent(id, e)
 			}

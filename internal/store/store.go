@@ -124,12 +124,16 @@ type Store interface {
 
 // Lifecycle says what happens at a sandbox's timeout: by default it is
 // killed; with AutoPause it is paused instead, and with AutoResume a call
-// that reaches it while paused resumes it. Timeout is the timeout each
-// resume grants anew.
+// that reaches it while paused resumes it. Timeout is the sandbox's timeout:
+// a resume gives back at least that much (see ResumeTimeout).
 type Lifecycle struct {
 	AutoPause  bool          `json:"auto_pause,omitempty"`
 	AutoResume bool          `json:"auto_resume,omitempty"`
 	Timeout    time.Duration `json:"timeout_ns,omitempty"`
+	// ResumeTimeout, while the sandbox is paused, is the time it keeps
+	// when resumed: its countdown, frozen at the pause (at least Timeout).
+	// Zero when it is not paused.
+	ResumeTimeout time.Duration `json:"resume_timeout_ns,omitempty"`
 }
 
 // Sandbox is the stored form of a sandbox. State is opaque to the store;

@@ -8,18 +8,29 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // Host paths the builder reads.
-const (
-	hostRoot = "/"
-	hostUsr  = "/usr"
-)
+const hostRoot = "/"
 
-// hostEtc is the host /etc; a variable so tests can build from a planted one.
-var hostEtc = "/etc"
+// hostUsrRef is the layer reference of the host /usr used in place: what
+// templates built before base snapshots existed (and bases on a host whose
+// /usr cannot be hard-linked into the store) record.
+const hostUsrRef = "host:/usr"
+
+// Host trees the builder reads; variables so tests can build from planted
+// ones. hostUsr is snapshotted into the base (see snapshotUsr), hostDpkg is
+// the package database copied with it, hostLocal (normally hostUsr/local)
+// holds what was installed outside the package manager.
+var (
+	hostEtc   = "/etc"
+	hostUsr   = "/usr"
+	hostDpkg  = "/var/lib/dpkg"
+	hostLocal = "/usr/local"
+)
 
 // usrDirs are the top-level directories a merged-usr system keeps under /usr
 // and links from /. bin, sbin and lib must exist; the others are linked when
@@ -66,6 +77,10 @@ var etcCopy = []string{
 	"locale.alias",
 	// Java reads its configuration through symlinks from /usr/lib/jvm.
 	"java-*",
+	// The package manager: sources and keys (credentials are denied below),
+	// dpkg's configuration and the files its maintainer scripts read, so
+	// that apt-get works in a build step FROM base.
+	"apt", "dpkg", "debconf.conf", "ucf.conf", "adduser.conf", "deluser.conf",
 }
 
 // etcFiltered are host /etc files copied only in part (see filterEnvironment
@@ -79,7 +94,7 @@ var denied = []string{
 	"ssh", "sudoers*", "opasswd", "machine-id", "hostname", "docker",
 	"private", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_dsa*", "id_ecdsa*",
 	"id_ed25519*", ".netrc", ".git-credentials", "*credential*", "*secret*",
-	"*password*", "*token*",
+	"*password*", "*token*", "auth.conf*",
 }
 
 func isDenied(name string) bool {
@@ -152,7 +167,10 @@ func buildRootfs(dst string) error {
 	if err := generateEtc(etc); err != nil {
 		return err
 	}
-	return copyHostEtc(etc)
+	if err := copyHostEtc(etc); err != nil {
+		return err
+	}
+	return setupPackageManager(dst)
 }
 
 // mergedUsr reports whether /usr/name exists, and fails when the host keeps a
@@ -217,6 +235,13 @@ func generateEtc(etc string) error {
 			"rpc:            files\n" +
 			"netgroup:       files\n", 0o644, 0, 0},
 	}
+	// The host's system accounts (ids 1-999: man, _apt, messagebus, ...),
+	// locked and without comments or members: the packages in /usr and
+	// their maintainer scripts (run by apt-get in a build step) expect them.
+	sys := systemAccounts(day)
+	for i := range files {
+		files[i].content += sys[files[i].name]
+	}
 	for _, f := range files {
 		if err := writeFile(filepath.Join(etc, f.name), []byte(f.content), f.mode, f.uid, f.gid); err != nil {
 			return err
@@ -227,6 +252,53 @@ func generateEtc(etc string) error {
 		return fmt.Errorf("generate machine-id: %w", err)
 	}
 	return writeFile(filepath.Join(etc, "machine-id"), []byte(hex.EncodeToString(id)+"\n"), 0o444, 0, 0)
+}
+
+// systemAccounts returns the lines the host's system users and groups
+// (ids 1-999 that the generated files lack) add to passwd, shadow, group and
+// gshadow: no password (locked), no comment, no group members.
+func systemAccounts(day int64) map[string]string {
+	out := map[string]string{}
+	taken := map[string]bool{"root": true, UserName: true, "nobody": true}
+	for _, line := range strings.Split(groupFile(false), "\n") {
+		if name, _, ok := strings.Cut(line, ":"); ok {
+			taken["g:"+name] = true
+		}
+	}
+	read := func(name string) [][]string {
+		b, err := os.ReadFile(filepath.Join(hostEtc, name))
+		if err != nil {
+			return nil
+		}
+		var recs [][]string
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Split(line, ":")
+			if len(f) < 4 || f[0] == "" || strings.ContainsAny(f[0], " \t+") {
+				continue
+			}
+			if id, err := strconv.Atoi(f[2]); err == nil && id >= 1 && id <= 999 {
+				recs = append(recs, f)
+			}
+		}
+		return recs
+	}
+	for _, f := range read("passwd") {
+		if len(f) != 7 || taken[f[0]] {
+			continue
+		}
+		taken[f[0]] = true
+		out["passwd"] += fmt.Sprintf("%s:x:%s:%s::%s:%s\n", f[0], f[2], f[3], f[5], f[6])
+		out["shadow"] += fmt.Sprintf("%s:*:%d:0:99999:7:::\n", f[0], day)
+	}
+	for _, f := range read("group") {
+		if taken["g:"+f[0]] {
+			continue
+		}
+		taken["g:"+f[0]] = true
+		out["group"] += fmt.Sprintf("%s:x:%s:\n", f[0], f[2])
+		out["gshadow"] += fmt.Sprintf("%s:*::\n", f[0])
+	}
+	return out
 }
 
 // groupFile returns /etc/group, or /etc/gshadow with locked entries.

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,7 +72,7 @@ func copyTree(src, dst string) error {
 		if err != nil {
 			return fmt.Errorf("read host %s: %w", src, err)
 		}
-		if isPrivateKey(data) {
+		if isPrivateKey(data) || urlCredentialRE.Match(data) {
 			return nil
 		}
 		return writeFile(dst, data, fi.Mode().Perm(), 0, 0)
@@ -79,6 +80,10 @@ func copyTree(src, dst string) error {
 		return nil // devices, sockets, fifos
 	}
 }
+
+// urlCredentialRE matches a URL with a user and password in it
+// ("http://user:pass@proxy"), as apt.conf proxy settings may hold.
+var urlCredentialRE = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/\s"'@:]+:[^/\s"'@]*@`)
 
 // isPrivateKey reports whether data looks like it holds a private key.
 func isPrivateKey(data []byte) bool {
@@ -232,8 +237,9 @@ func writeFile(path string, data []byte, mode fs.FileMode, uid, gid int) error {
 // of the merged-usr links, of every whitelisted /etc entry and of the
 // directories directly below whitelisted directories (where
 // update-alternatives, ldconfig and update-ca-certificates leave their
-// traces). It changes whenever a rebuild would copy something different, and
-// costs one read of /etc and a few dozen stat calls.
+// traces), of the dpkg status file and of the directories of /usr/local. It
+// changes whenever a rebuild would copy or snapshot something different, and
+// costs one read of /etc and /usr/local and a few dozen stat calls.
 func hostFingerprint() (string, error) {
 	buf := make([]byte, 0, 8<<10)
 	buf = append(buf, baseVersion...)
@@ -273,11 +279,33 @@ func hostFingerprint() (string, error) {
 			}
 		}
 	}
+	// The package set (every dpkg run rewrites status) and what was
+	// installed beside it in /usr/local, two directory levels deep.
+	buf, _ = appendStat(buf, filepath.Join(hostDpkg, "status"), true)
+	buf, _ = appendStat(buf, hostLocal, true)
+	if top, err := os.ReadDir(hostLocal); err == nil {
+		for _, e := range top {
+			if !e.IsDir() {
+				continue
+			}
+			p := filepath.Join(hostLocal, e.Name())
+			buf, _ = appendStat(buf, p, false)
+			sub, err := os.ReadDir(p)
+			if err != nil {
+				continue
+			}
+			for _, c := range sub {
+				if c.IsDir() {
+					buf, _ = appendStat(buf, filepath.Join(p, c.Name()), false)
+				}
+			}
+		}
+	}
 	sum := sha256.Sum256(buf)
 	return hex.EncodeToString(sum[:6]), nil
 }
 
-// appendStat appends the identity of path (mode, size, times, inode, link
+// appendStat appends the identity of path (mode, size, mtime, inode, link
 // target) to buf and returns its FileInfo, or nil when it cannot be stat'ed.
 func appendStat(buf []byte, path string, follow bool) ([]byte, fs.FileInfo) {
 	stat := os.Lstat
@@ -297,7 +325,9 @@ func appendStat(buf []byte, path string, follow bool) ([]byte, fs.FileInfo) {
 	buf = append(buf, ' ')
 	buf = strconv.AppendInt(buf, fi.ModTime().UnixNano(), 10)
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		for _, n := range []uint64{st.Dev, st.Ino, uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
+		// No ctime: hard-linking a file into a base snapshot changes it
+		// (the link count), and /etc links into /usr are followed.
+		for _, n := range []uint64{st.Dev, st.Ino} {
 			buf = append(buf, ' ')
 			buf = strconv.AppendUint(buf, n, 10)
 		}

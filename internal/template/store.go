@@ -75,6 +75,7 @@ func (e *tagEntry) UnmarshalJSON(b []byte) error {
 // set-user-ID binaries included, that no host user may reach):
 //
 //	base/<version>/rootfs   the built-in base tree (see EnsureBase)
+//	base/<version>/usr      its snapshot of the host /usr
 //	layers/<hex>/           one layer tree per content id, in overlayfs form
 //	layers/<hex>.json       its size, computed once when it is published
 //	manifests/<hex>.json    one template version per content id
@@ -90,8 +91,9 @@ const (
 )
 
 // LayerRef names one layer of a template: a content id ("sha256:<hex>", in
-// the store), the base tree ("base:<version>") or a host directory used in
-// place ("host:/usr"), stacked at Target.
+// the store), the base tree ("base:<version>"), the base's /usr snapshot
+// ("base-usr:<version>") or the host /usr used in place ("host:/usr", what
+// templates built before base snapshots record), stacked at Target.
 type LayerRef struct {
 	Target string `json:"target"`
 	ID     string `json:"id"`
@@ -580,7 +582,14 @@ func (s *Store) layerPath(id string) (string, error) {
 			return "", fmt.Errorf("base tree %q is missing", v)
 		}
 		return filepath.Join(dir, rootfsName), nil
-	case id == "host:"+hostUsr:
+	case strings.HasPrefix(id, "base-usr:"):
+		v := strings.TrimPrefix(id, "base-usr:")
+		dir := filepath.Join(s.root, BaseName, v)
+		if strings.ContainsAny(v, "/\x00") || v == "" || v == "." || v == ".." || !complete(dir) {
+			return "", fmt.Errorf("base /usr snapshot %q is missing", v)
+		}
+		return filepath.Join(dir, usrName), nil
+	case id == hostUsrRef:
 		return hostUsr, nil
 	}
 	return "", fmt.Errorf("unknown layer reference %q", id)
@@ -593,7 +602,18 @@ func (s *Store) BaseLayers() ([]LayerRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []LayerRef{{Target: "/", ID: "base:" + b.Version}, {Target: hostUsr, ID: "host:" + hostUsr}}, nil
+	_, usr := usrLayer(filepath.Join(s.root, BaseName, b.Version), b.Version)
+	return []LayerRef{{Target: "/", ID: "base:" + b.Version}, {Target: "/usr", ID: usr}}, nil
+}
+
+// basePackages returns the number of packages of a base version, for
+// Inspect.
+func (s *Store) basePackages(version string) int {
+	b, err := os.ReadFile(filepath.Join(s.root, BaseName, version, rootfsName, "etc", packagesFile))
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\n")
 }
 
 // List returns every tagged template and the built-in base, by name.
@@ -624,8 +644,15 @@ func (s *Store) Inspect(name string) (Info, error) {
 			return Info{}, err
 		}
 		refs, _ := s.BaseLayers()
+		labels := map[string]string{
+			"warden.base.packages": fmt.Sprintf("%d installed (name=version in /etc/%s)", s.basePackages(b.Version), packagesFile),
+			"warden.base.usr":      "pinned snapshot of the host /usr",
+		}
+		if b.Warning != "" {
+			labels["warden.base.usr"] = "host /usr in place (not pinned)"
+		}
 		return Info{Name: BaseName + ":latest", ID: "base:" + b.Version, Source: "built-in: host userland", Builtin: true, Layers: 2,
-			Manifest: &Manifest{Layers: refs, Env: b.Env, User: b.User, Workdir: b.Workdir, Source: "built-in"}}, nil
+			Manifest: &Manifest{Layers: refs, Env: b.Env, User: b.User, Workdir: b.Workdir, Labels: labels, Source: "built-in"}}, nil
 	}
 	id, err := s.Resolve(name)
 	if err != nil {
@@ -791,6 +818,9 @@ func (s *Store) GC(inUse func() (map[string]bool, error)) (GCReport, error) {
 		}
 		rep.Layers++
 	}
+	if err := s.gcBase(live, liveLayers); err != nil {
+		return rep, fmt.Errorf("gc: %w", err)
+	}
 	ents, _ = os.ReadDir(filepath.Join(s.root, cacheDir))
 	for _, e := range ents {
 		var c CacheEntry
@@ -802,6 +832,45 @@ func (s *Store) GC(inUse func() (map[string]bool, error)) (GCReport, error) {
 		rep.CacheItems++
 	}
 	return rep, nil
+}
+
+// gcBase removes the base versions other than the current one that no
+// kept manifest (liveLayers) and no sandbox that may run (live) uses: the
+// trees, and the /usr snapshots that keep replaced host files on disk.
+func (s *Store) gcBase(live, liveLayers map[string]bool) error {
+	s.mu.Lock()
+	cur := ""
+	if s.base != nil {
+		cur = s.base.Version
+	}
+	s.mu.Unlock()
+	baseDir := filepath.Join(s.root, BaseName)
+	ents, err := os.ReadDir(baseDir)
+	if err != nil || cur == "" {
+		return nil // no base built yet: nothing to collect
+	}
+	unlock, err := lock(filepath.Join(baseDir, lockName))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for _, e := range ents {
+		v := e.Name()
+		if !e.IsDir() || strings.HasPrefix(v, ".") || v == cur ||
+			live["base:"+v] || liveLayers["base:"+v] || liveLayers["base-usr:"+v] {
+			continue
+		}
+		// Unpublish first: a crash leaves a temporary directory the next
+		// base build clears, never a half tree under its version.
+		dead := filepath.Join(baseDir, tmpPrefix+"gc-"+v)
+		if err := os.Rename(filepath.Join(baseDir, v), dead); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(dead); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Usage is the store's disk use.

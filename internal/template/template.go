@@ -8,21 +8,30 @@
 //     mount-point directories, the sandbox user's home and a generated /etc:
 //     fresh passwd, group, shadow (locked entries only), hosts, hostname,
 //     machine-id and friends, plus a whitelist of harmless host files
-//     (ld.so.cache, CA certificates, alternatives, profile, ...). Host
-//     secrets and identity (shadow hashes, ssh keys, sudoers, machine-id,
-//     private keys, credentials) are never copied.
-//   - the host's /usr, used in place and mounted at "/usr". It is never
-//     written: every sandbox writes to its own overlay.
+//     (ld.so.cache, CA certificates, alternatives, profile, apt's sources
+//     and keys, ...). Host secrets and identity (shadow hashes, ssh keys,
+//     sudoers, machine-id, private keys, credentials) are never copied. It
+//     also holds the host's package database (/var/lib/dpkg) and apt's empty
+//     lists and caches, so apt-get works in a build step FROM base, and
+//     /etc/warden-base-packages, the installed packages.
+//   - <root>/base/<version>/usr, mounted at "/usr": a hard-link snapshot of
+//     the host's /usr taken when the version was built (see snapshotUsr), so
+//     a host upgrade does not change a base, or the templates built on it,
+//     under running sandboxes. It is never written: every sandbox writes to
+//     its own overlay. Only when the store is on another file system than
+//     /usr is the host's /usr used in place (Template.Warning says so).
 //
-// EnsureBase builds the generated tree once, atomically (build in a temporary
+// EnsureBase builds the version once, atomically (build in a temporary
 // directory beside the final one, then rename) and under a file lock, so
 // concurrent callers in one or several processes never see a half-built tree.
 // The version in the path combines baseVersion, bumped whenever the builder
 // changes, with a fingerprint of the host files the builder reads, so a
-// changed builder or a changed host /etc (new alternatives, a new ld.so.cache,
-// updated CA certificates) gets a fresh tree while an unchanged one is reused
-// at the cost of a few stat calls. Old trees are left in place: sandboxes
-// that still run may have them mounted.
+// changed builder, a changed host /etc (new alternatives, a new ld.so.cache,
+// updated CA certificates) or a changed package set (dpkg's status file, the
+// directories of /usr/local) gets a fresh version while an unchanged one is
+// reused at the cost of a few stat calls. Old versions are left in place:
+// sandboxes that still run and templates built on them use them; template
+// GC removes those nothing references.
 package template
 
 import (
@@ -41,7 +50,7 @@ import (
 
 // baseVersion names the layout the builder produces. Bump it whenever the
 // builder changes what it writes, so hosts build a fresh tree.
-const baseVersion = "v1"
+const baseVersion = "v2"
 
 // BaseName is the name of the built-in template.
 const BaseName = "base"
@@ -75,6 +84,7 @@ type Template struct {
 	Workdir string            // default working directory, "/home/user"
 	Start   *Start            // start command and ready check, or nil
 	Limits  backend.Limits    // resource defaults; zero fields take the daemon's
+	Warning string            // set when the base could not pin /usr and uses the host's in place
 }
 
 // Spec returns a sandbox spec with id that boots from t: its layers,
@@ -103,26 +113,53 @@ func EnsureBase(root string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint host files: %w", err)
 	}
-	version := baseVersion + "-" + fp
 	baseDir := filepath.Join(root, BaseName)
-	dir := filepath.Join(baseDir, version)
-	if complete(dir) {
-		return baseTemplate(dir, version), nil
+	// A host upgrade while the tree is built would pin a /usr that does not
+	// match the package database copied with it: buildLocked then refuses
+	// to publish, and the new fingerprint gets a fresh try.
+	for try := 0; ; try++ {
+		version := baseVersion + "-" + fp
+		dir := filepath.Join(baseDir, version)
+		if complete(dir) {
+			return baseTemplate(dir, version), nil
+		}
+		err := buildLocked(baseDir, version)
+		if err == nil {
+			return baseTemplate(dir, version), nil
+		}
+		if !errors.Is(err, errHostChanged) || try == 2 {
+			return nil, fmt.Errorf("build base template %s: %w", version, err)
+		}
+		if fp, err = hostFingerprint(); err != nil {
+			return nil, fmt.Errorf("fingerprint host files: %w", err)
+		}
 	}
-	if err := buildLocked(baseDir, version); err != nil {
-		return nil, fmt.Errorf("build base template %s: %w", version, err)
+}
+
+// errHostChanged reports that the host's files changed while a base version
+// was being built from them.
+var errHostChanged = errors.New("the host's packages changed during the build")
+
+// usrLayer returns the /usr layer of the base version in dir and its layer
+// reference: the version's snapshot, or the host's /usr in place when the
+// version has none.
+func usrLayer(dir, version string) (path, ref string) {
+	p := filepath.Join(dir, usrName)
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		return p, "base-usr:" + version
 	}
-	return baseTemplate(dir, version), nil
+	return hostUsr, hostUsrRef
 }
 
 func baseTemplate(dir, version string) *Template {
-	return &Template{
+	usr, _ := usrLayer(dir, version)
+	t := &Template{
 		Name:    BaseName,
 		Version: version,
 		ID:      "base:" + version,
 		Layers: []backend.Layer{
 			{Target: "/", Path: filepath.Join(dir, rootfsName)},
-			{Target: "/usr", Path: hostUsr},
+			{Target: "/usr", Path: usr},
 		},
 		Env: map[string]string{
 			"PATH": DefaultPath,
@@ -131,6 +168,10 @@ func baseTemplate(dir, version string) *Template {
 		User:    UserName,
 		Workdir: UserHome,
 	}
+	if usr == hostUsr {
+		t.Warning = fmt.Sprintf("the base template uses the host's %s in place: the template store (%s) is on another file system, so /usr cannot be pinned with hard links; a host upgrade changes the base, and templates built on it, under running sandboxes", hostUsr, filepath.Dir(filepath.Dir(dir)))
+	}
+	return t
 }
 
 // complete reports whether dir holds a finished tree.
@@ -145,8 +186,13 @@ func buildLocked(baseDir, version string) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("building the base template needs root (files are owned by uid 0 and 1000)")
 	}
-	if err := os.MkdirAll(baseDir, 0o755); err != nil {
+	if err := os.MkdirAll(baseDir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", baseDir, err)
+	}
+	// Root only: the snapshots hold hard links to set-user-ID binaries that
+	// a host upgrade may have replaced for a security fix.
+	if err := os.Chmod(baseDir, 0o700); err != nil {
+		return fmt.Errorf("chmod %s: %w", baseDir, err)
 	}
 	unlock, err := lock(filepath.Join(baseDir, lockName))
 	if err != nil {
@@ -190,6 +236,14 @@ func buildLocked(baseDir, version string) (err error) {
 	}
 	if err := buildRootfs(filepath.Join(tmp, rootfsName)); err != nil {
 		return err
+	}
+	if _, err := snapshotUsr(filepath.Join(tmp, usrName)); err != nil {
+		return err
+	}
+	if fp, err := hostFingerprint(); err != nil {
+		return fmt.Errorf("fingerprint host files: %w", err)
+	} else if baseVersion+"-"+fp != version {
+		return errHostChanged
 	}
 	// Flush the tree before the stamp and the rename make it visible, so a
 	// crash cannot leave a stamped tree with empty files.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,7 +92,7 @@ func TestEnsureBaseReuses(t *testing.T) {
 		t1.Env["PATH"] != DefaultPath || t1.Env["LANG"] != "C.UTF-8" {
 		t.Fatalf("unexpected template %+v", t1)
 	}
-	if len(t1.Layers) != 2 || t1.Layers[0].Target != "/" || t1.Layers[1] != (backend.Layer{Target: "/usr", Path: "/usr"}) {
+	if len(t1.Layers) != 2 || t1.Layers[0].Target != "/" || t1.Layers[1] != (backend.Layer{Target: "/usr", Path: filepath.Join(root, "base", t1.Version, "usr")}) {
 		t.Fatalf("unexpected layers %+v", t1.Layers)
 	}
 	want := filepath.Join(root, "base", t1.Version, "rootfs")
@@ -279,8 +280,14 @@ func TestBaseContents(t *testing.T) {
 		}
 		return string(b)
 	}
-	if got := fields(read("passwd"), 0); !slices.Equal(got, []string{"root", "user", "nobody"}) {
-		t.Errorf("passwd users %v, want root, user, nobody", got)
+	if got := fields(read("passwd"), 0); len(got) < 3 || !slices.Equal(got[:3], []string{"root", "user", "nobody"}) {
+		t.Errorf("passwd users %v, want root, user, nobody, then the host's system users", got)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(read("passwd")), "\n")[3:] {
+		f := strings.Split(line, ":")
+		if id, err := strconv.Atoi(f[2]); err != nil || id < 1 || id > 999 || f[4] != "" {
+			t.Errorf("passwd line %q is not a host system user without comment", line)
+		}
 	}
 	for _, want := range []string{
 		"root:x:0:0:root:/root:/bin/bash",
@@ -296,8 +303,8 @@ func TestBaseContents(t *testing.T) {
 			t.Errorf("group lacks %q", want)
 		}
 	}
-	if got := fields(read("shadow"), 1); !slices.Equal(got, []string{"*", "*", "*"}) {
-		t.Errorf("shadow passwords %v, want all locked", got)
+	if got := fields(read("shadow"), 1); len(got) != len(fields(read("passwd"), 0)) || slices.ContainsFunc(got, func(pw string) bool { return pw != "*" }) {
+		t.Errorf("shadow passwords %v, want all locked, one per user", got)
 	}
 	for _, pw := range fields(read("gshadow"), 1) {
 		if pw != "*" {

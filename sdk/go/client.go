@@ -298,12 +298,19 @@ func (c *Client) send(ctx context.Context, rq *request) (*http.Response, error) 
 	if err != nil {
 		return nil, err
 	}
+	// first is the failure that caused the first retry: when a retry fails
+	// too, the caller gets it, not what the retry ran into (a sandbox that
+	// died under an upload answers the retry "stopping", which hides why).
+	var first *Error
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		r, n, err := body.next()
 		if err != nil {
+			if first != nil {
+				return nil, first
+			}
 			return nil, err
 		}
 		req, err := c.newHTTPRequest(ctx, rq, r, n)
@@ -321,6 +328,9 @@ func (c *Client) send(ctx context.Context, rq *request) (*http.Response, error) 
 				}
 				continue
 			}
+			if first != nil {
+				return nil, first
+			}
 			return nil, err
 		}
 		if resp.StatusCode < 400 {
@@ -328,7 +338,13 @@ func (c *Client) send(ctx context.Context, rq *request) (*http.Response, error) 
 		}
 		apiErr := decodeError(resp)
 		if !rq.idempotent || !body.canRetry() || attempt >= c.retry.MaxAttempts || !retryableStatus(resp.StatusCode) {
+			if first != nil && !retryableStatus(resp.StatusCode) {
+				return nil, first
+			}
 			return nil, apiErr
+		}
+		if first == nil {
+			first = apiErr
 		}
 		delay, ok := c.retry.delay(attempt, resp.Header.Get("Retry-After"), time.Now())
 		if !ok {

@@ -17,6 +17,7 @@ const (
 	CodeValidationFailed = "validation_failed" // 422
 	CodeUnauthenticated  = "unauthenticated"   // 401
 	CodeForbidden        = "forbidden"         // 403
+	CodePermissionDenied = "permission_denied" // 403: the sandbox's own file or program permissions
 	CodeNotFound         = "not_found"         // 404
 	CodeConflict         = "conflict"          // 409
 	CodePayloadTooLarge  = "payload_too_large" // 413
@@ -81,6 +82,14 @@ func IsConflict(err error) bool { return is(err, http.StatusConflict, CodeConfli
 
 // IsForbidden reports whether err is a Warden forbidden error (HTTP 403).
 func IsForbidden(err error) bool { return is(err, http.StatusForbidden, CodeForbidden) }
+
+// IsPermissionDenied reports whether err is a Warden permission_denied error (HTTP 403):
+// the sandbox's user may not read, write or run the file (its permissions inside the
+// sandbox refused it), as opposed to [IsForbidden], which is about the API key.
+func IsPermissionDenied(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodePermissionDenied
+}
 
 // IsUnauthenticated reports whether err is a Warden unauthenticated error (HTTP 401).
 func IsUnauthenticated(err error) bool {

@@ -19,7 +19,9 @@ import (
 type PTYOptions struct {
 	Cols, Rows int
 	// Cmd is the program to run on the terminal.
-	Cmd  string
+	Cmd string
+	// Args are Cmd's arguments.
+	Args []string
 	User string
 }
 
@@ -65,6 +67,9 @@ func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTY, err
 	}
 	if opts.Cmd != "" {
 		q.Set("cmd", opts.Cmd)
+	}
+	for _, a := range opts.Args {
+		q.Add("arg", a)
 	}
 	if opts.User != "" {
 		q.Set("user", opts.User)

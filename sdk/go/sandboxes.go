@@ -45,8 +45,15 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 // to iterate over every page.
 func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (SandboxPage, error) {
 	q := url.Values{}
+	var states []string
 	if opts.State != "" {
-		q.Set("state", string(opts.State))
+		states = append(states, string(opts.State))
+	}
+	for _, s := range opts.States {
+		states = append(states, string(s))
+	}
+	if len(states) > 0 {
+		q.Set("state", strings.Join(states, ","))
 	}
 	if len(opts.Metadata) > 0 {
 		q.Set("metadata", encodeMetadata(opts.Metadata))

@@ -46,7 +46,13 @@ type Sandbox struct {
 	Workdir   string    `json:"workdir"`
 	CreatedAt time.Time `json:"created_at"`
 	StartedAt time.Time `json:"started_at"`
-	ExpiresAt time.Time `json:"expires_at"`
+	// ExpiresAt is when the sandbox times out; zero while it is paused (its
+	// countdown does not run; see ResumeTimeoutSeconds).
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// ResumeTimeoutSeconds, while the sandbox is paused, is the timeout it
+	// gets when resumed: the countdown the pause froze, at least its timeout.
+	// Zero otherwise.
+	ResumeTimeoutSeconds int `json:"resume_timeout_seconds,omitempty"`
 	// EndedAt is nil until the sandbox reaches a terminal state.
 	EndedAt *time.Time `json:"ended_at"`
 	// EndReason is empty until the sandbox reaches a terminal state.
@@ -76,7 +82,8 @@ type CreateSandboxRequest struct {
 	User           string `json:"user,omitempty"`
 	Workdir        string `json:"workdir,omitempty"`
 	// AutoPause pauses the sandbox at its timeout instead of killing it; a paused
-	// sandbox does not time out, and a resume grants the timeout anew.
+	// sandbox does not time out, and a resume gives back what was left of its
+	// countdown, at least the timeout (Sandbox.ResumeTimeoutSeconds).
 	AutoPause bool `json:"auto_pause,omitempty"`
 	// AutoResume resumes a paused sandbox when a call (exec, files, code) reaches it.
 	AutoResume bool `json:"auto_resume,omitempty"`
@@ -98,6 +105,8 @@ type ForkRequest struct {
 type ListOptions struct {
 	// State keeps only sandboxes in this state.
 	State SandboxState
+	// States keeps only sandboxes in one of these states (with State, in any of them).
+	States []SandboxState
 	// Metadata keeps only sandboxes whose metadata holds every pair.
 	Metadata map[string]string
 	// Limit is the page size, 1..1000; the daemon's default is 50.
@@ -464,4 +473,6 @@ type VerifyReport struct {
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Backends lists the isolation backends ready for new sandboxes, the default first.
+	Backends []string `json:"backends,omitempty"`
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,6 +84,10 @@ func startDaemon(t *testing.T, state, run string, extra ...string) *daemon {
 	return startDaemonEnv(t, state, run, nil, extra...)
 }
 
+// e2bDefault, in startDaemon's extra arguments, leaves the E2B API at
+// wardend's default address instead of off.
+const e2bDefault = "(e2b-default)"
+
 // startDaemonEnv is startDaemon with env added to wardend's environment.
 func startDaemonEnv(t *testing.T, state, run string, env []string, extra ...string) *daemon {
 	t.Helper()
@@ -90,12 +95,24 @@ func startDaemonEnv(t *testing.T, state, run string, env []string, extra ...stri
 	addr := freePort(t)
 	d.url = "http://" + addr
 	d.socket = filepath.Join(run, "wardend.sock")
-	args := append([]string{"--listen", addr, "--socket", d.socket, "--state-dir", state, "--run-dir", run,
+	args := []string{"--listen", addr, "--socket", d.socket, "--state-dir", state, "--run-dir", run,
 		"--agent", filepath.Join(binDir, "warden-agent"), "--landlock", "require",
 		// No warm pool unless a test asks (--pool-size N in extra, which wins):
 		// tests that look for a sandbox's host resources by its id need the
 		// id-named directories a pooled sandbox does not have.
-		"--pool-size", "0"}, extra...)
+		"--pool-size", "0",
+		// A root-only socket unless a test asks (--socket-group G in extra):
+		// the default group, warden, would be created on the host.
+		"--socket-group", ""}
+	// No E2B API unless a test asks (--e2b-listen ADDR in extra, which
+	// wins): the default 127.0.0.1:3000 would collide between daemons. The
+	// pseudo-flag e2bDefault keeps wardend's default.
+	if i := slices.Index(extra, e2bDefault); i >= 0 {
+		extra = slices.Delete(slices.Clone(extra), i, i+1)
+	} else {
+		args = append(args, "--e2b-listen", "")
+	}
+	args = append(args, extra...)
 	d.cmd = exec.Command(filepath.Join(binDir, "wardend"), args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)

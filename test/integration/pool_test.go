@@ -44,8 +44,8 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || lines[0] != "yes" || !strings.HasPrefix(lines[1], "pool-") {
-		t.Fatalf("pooled sandbox output %q: want the caller's env and a pooled hostname", out.String())
+	if len(lines) != 2 || lines[0] != "yes" || lines[1] != sb.ID {
+		t.Fatalf("pooled sandbox output %q: want the caller's env and its id %s as hostname", out.String(), sb.ID)
 	}
 	// A create with other limits does not take from the pool.
 	big, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{MemoryMB: 256})

@@ -33,6 +33,9 @@ import (
 type Config struct {
 	DefaultUser    string // acting user when a request names none ("user" when empty)
 	DefaultWorkdir string // what an empty path means (the user's home when empty)
+	// DiskBytes is the sandbox's disk limit, named when a write does not
+	// fit (0: the size of the filesystem written to).
+	DiskBytes int64
 
 	// MaxTarBytes caps the file content one POST /tar may write; 0 means
 	// DefaultMaxTarBytes, negative means no cap but the disk.
@@ -164,6 +167,39 @@ func isNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
+// diskFullError is a write that did not fit, with the limit it hit.
+type diskFullError struct {
+	limit int64 // bytes; 0 unknown
+	err   error
+}
+
+func (e *diskFullError) Error() string { return e.err.Error() }
+func (e *diskFullError) Unwrap() error { return e.err }
+
+// diskFull annotates a no-space error of a write under dir with the
+// sandbox's disk limit (else the size of dir's filesystem).
+func (s *Service) diskFull(err error, dir string) error {
+	if !isNoSpace(err) {
+		return err
+	}
+	limit := s.cfg.DiskBytes
+	var sf syscall.Statfs_t
+	if limit <= 0 && syscall.Statfs(dir, &sf) == nil {
+		limit = int64(sf.Blocks) * sf.Bsize
+	}
+	return &diskFullError{limit: limit, err: err}
+}
+
+// noSpaceMessage is the message of a 507: "sandbox disk is full (limit N
+// MiB)" when the limit is known.
+func noSpaceMessage(err error) string {
+	var df *diskFullError
+	if errors.As(err, &df) && df.limit > 0 {
+		return fmt.Sprintf("sandbox disk is full (limit %d MiB)", (df.limit+(1<<20)-1)>>20)
+	}
+	return "sandbox disk is full"
+}
+
 // rpcError maps a filesystem error to a Connect error.
 func rpcError(err error) error {
 	if err == nil {
@@ -211,7 +247,7 @@ func codeOf(err error) connect.Code {
 func httpStatus(err error) (int, string) {
 	switch {
 	case isNoSpace(err):
-		return http.StatusInsufficientStorage, "not enough disk space available"
+		return http.StatusInsufficientStorage, noSpaceMessage(err)
 	case errors.Is(err, context.Canceled):
 		return 499, err.Error()
 	}

@@ -394,7 +394,7 @@ func (up *upload) add(r io.Reader, dst string) error {
 	tmp, err := writeTemp(target, r, mode, up.md)
 	if err != nil {
 		removeDirs(created)
-		return err
+		return up.s.diskFull(err, path.Dir(target))
 	}
 	up.pending = append(up.pending, pendingFile{tmp: tmp, target: target, created: created})
 	up.results = append(up.results, fileResult{Path: dst, Name: path.Base(dst), Type: "file", Metadata: up.md})

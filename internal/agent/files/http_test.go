@@ -369,7 +369,7 @@ func TestAtomicWrite(t *testing.T) {
 	resp, body = e.do(e.h2, "POST", e.url("/files", "path", "small/keep.txt"), bytesReader(make([]byte, 3<<20)),
 		"Content-Type", "application/octet-stream")
 	wantStatus(t, resp, body, 507)
-	if code, msg := jsonErr(t, body); code != 507 || msg != "not enough disk space available" {
+	if code, msg := jsonErr(t, body); code != 507 || msg != "sandbox disk is full (limit 1 MiB)" {
 		t.Fatalf("507 body %d %q", code, msg)
 	}
 	if readFile(t, filepath.Join(small, "keep.txt")) != "old content" {

@@ -136,6 +136,28 @@ func (o *output) subscribe(replay bool) *cursor {
 	return c
 }
 
+// snapshot is where a snapshot stream stops: the sequence number after the
+// last chunk retained when it subscribed, and whether the log had ended then.
+type snapshot struct {
+	next  uint64
+	ended bool
+}
+
+// subscribeAt is subscribe that also returns how many bytes of output had
+// been dropped before the first retained chunk, and the snapshot at this
+// moment.
+func (o *output) subscribeAt(replay bool) (*cursor, int64, *snapshot) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.first + uint64(len(o.chunks))
+	c := &cursor{next: n}
+	if replay {
+		c.next = o.first
+	}
+	o.subs[c] = struct{}{}
+	return c, o.head - o.size, &snapshot{next: n, ended: o.end != nil}
+}
+
 func (o *output) unsubscribe(c *cursor) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -71,7 +71,15 @@ const (
 	DefaultKeepalive    = 90 * time.Second
 	// KeepaliveHeader carries the keepalive interval of a stream in seconds.
 	KeepaliveHeader = "Keepalive-Ping-Interval"
-	minKeepalive    = 100 * time.Millisecond
+	// SnapshotHeader (Warden extension), set to "1" on a Connect request
+	// with replay, ends the stream once the output retained at that moment
+	// has been sent: without an end event if the process was still running.
+	SnapshotHeader = "Warden-Snapshot"
+	// DroppedHeader (Warden extension) is set on the response to a Connect
+	// request with replay: how many bytes of output the ring buffer had
+	// already dropped (oldest first) before the replayed output.
+	DroppedHeader = "Warden-Output-Dropped"
+	minKeepalive  = 100 * time.Millisecond
 )
 
 // Config configures the service.
@@ -180,7 +188,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 		}
 		p.mu.Unlock()
 	}
-	return s.stream(ctx, req.Header(), p, c, true, func(ev *pb.ProcessEvent) error {
+	return s.stream(ctx, req.Header(), p, c, true, nil, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
 }
@@ -200,8 +208,15 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	if err != nil {
 		return err
 	}
-	c := p.out.subscribe(req.Msg.GetReplay())
-	return s.stream(ctx, req.Header(), p, c, false, func(ev *pb.ProcessEvent) error {
+	replay := req.Msg.GetReplay()
+	c, dropped, stop := p.out.subscribeAt(replay)
+	if replay {
+		stream.ResponseHeader().Set(DroppedHeader, strconv.FormatInt(dropped, 10))
+	}
+	if !replay || req.Header().Get(SnapshotHeader) != "1" {
+		stop = nil
+	}
+	return s.stream(ctx, req.Header(), p, c, false, stop, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: ev})
 	})
 }
@@ -210,8 +225,10 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 // event. A client that goes away only unsubscribes. At the request deadline
 // the stream ends with deadline_exceeded, and the process is killed if this
 // is the stream that started it (its timer does so too, even without a
-// stream).
-func (s *Service) stream(ctx context.Context, h http.Header, p *proc, c *cursor, owner bool, send func(*pb.ProcessEvent) error) error {
+// stream). With a stop (a snapshot), the stream ends cleanly, without an end
+// event, once it has sent the output retained when it subscribed, unless the
+// process had already finished by then.
+func (s *Service) stream(ctx context.Context, h http.Header, p *proc, c *cursor, owner bool, stop *snapshot, send func(*pb.ProcessEvent) error) error {
 	defer p.out.unsubscribe(c)
 	interval := keepaliveInterval(h)
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}); err != nil {
@@ -227,6 +244,9 @@ func (s *Service) stream(ctx context.Context, h http.Header, p *proc, c *cursor,
 			}
 			ka.Reset(interval)
 			continue
+		}
+		if stop != nil && !stop.ended && c.next >= stop.next {
+			return nil
 		}
 		if end != nil {
 			e := &pb.ProcessEvent_EndEvent{ExitCode: end.ExitCode, Exited: end.Exited, Status: end.Status, Error: end.Error, Signal: end.Signal}

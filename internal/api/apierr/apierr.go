@@ -47,6 +47,9 @@ const (
 	CodeValidationFailed = "validation_failed"
 	CodeUnauthenticated  = "unauthenticated"
 	CodeForbidden        = "forbidden"
+	// CodePermissionDenied is the sandbox's own permissions refusing a file
+	// or program to the sandbox user (EACCES/EPERM inside), not the caller's key.
+	CodePermissionDenied = "permission_denied"
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
 	CodePayloadTooLarge  = "payload_too_large"
@@ -64,6 +67,7 @@ var statusOf = map[string]int{
 	CodeValidationFailed: http.StatusUnprocessableEntity,
 	CodeUnauthenticated:  http.StatusUnauthorized,
 	CodeForbidden:        http.StatusForbidden,
+	CodePermissionDenied: http.StatusForbidden,
 	CodeNotFound:         http.StatusNotFound,
 	CodeConflict:         http.StatusConflict,
 	CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
@@ -292,7 +296,7 @@ func fromConnect(ce *connect.Error, err error) *Error {
 		// caller's API key.
 		return Wrap(CodeBadRequest, msg, err)
 	case connect.CodePermissionDenied:
-		return Wrap(CodeForbidden, msg, err)
+		return Wrap(CodePermissionDenied, inSandbox(orDefault(msg, "permission denied")), err)
 	case connect.CodeAlreadyExists, connect.CodeFailedPrecondition, connect.CodeAborted:
 		return Wrap(CodeConflict, msg, err)
 	case connect.CodeResourceExhausted:
@@ -319,7 +323,7 @@ func fromAgentHTTP(he *agentclient.HTTPError, err error) *Error {
 		}
 		return Wrap(CodeBadRequest, msg, err)
 	case http.StatusForbidden:
-		return Wrap(CodeForbidden, orDefault(msg, "permission denied"), err)
+		return Wrap(CodePermissionDenied, inSandbox(orDefault(msg, "permission denied")), err)
 	case http.StatusNotFound:
 		return Wrap(CodeNotFound, orDefault(msg, "not found"), err)
 	case http.StatusConflict:
@@ -329,7 +333,7 @@ func fromAgentHTTP(he *agentclient.HTTPError, err error) *Error {
 	case http.StatusInsufficientStorage:
 		// No code of the API has status 507; the write did not fit in the
 		// sandbox's disk, which is what payload_too_large says.
-		return Wrap(CodePayloadTooLarge, "not enough disk space in the sandbox", err)
+		return Wrap(CodePayloadTooLarge, orDefault(msg, "sandbox disk is full"), err)
 	case http.StatusServiceUnavailable:
 		return Wrap(CodeUnavailable, orDefault(msg, "sandbox agent unavailable"), err)
 	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
@@ -460,3 +464,6 @@ func Respond(w http.ResponseWriter, r *http.Request, e *Error) {
 	b, _ := json.Marshal(Body{Error: BodyError{Code: e.Code, Message: e.Message, RequestID: id}})
 	w.Write(append(b, '\n'))
 }
+
+// inSandbox says that a permission error came from inside the sandbox.
+func inSandbox(msg string) string { return "in the sandbox: " + msg }

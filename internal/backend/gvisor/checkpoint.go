@@ -5,8 +5,16 @@ package gvisor
 // Pause checkpoints the sandbox to disk and ends its sentry, so its memory
 // goes back to the host; Resume restores it from that checkpoint under the
 // same id, with its processes, their memory, open files and in-sandbox
-// sockets, and its writable layers (which live in gVisor's memory). The
-// sequence, made so that a failure never leaves a sandbox half-paused:
+// sockets, and its writable layers. The writable layers in gVisor's memory
+// are saved with it; so is the writable layer of "/" when it is a host file
+// (Config.DiskDir or DiskOverlay): runsc checkpoint copies that filestore's
+// pages into the image (pkg/sentry/kernel savePrivateMFs) and runsc restore
+// loads them into a new filestore that it creates in the overlay's
+// directory (runsc/boot createPrivateMemoryFile). So a paused sandbox's
+// disk image is released (its data is in the checkpoint) and the resume
+// mounts a new one, and each fork gets its own image and its own copy of
+// the source's files. The sequence, made so that a failure never leaves a
+// sandbox half-paused:
 //
 //  1. The agent lets go of its host sockets (gVisor cannot save them; see
 //     ginit/suspend.go). Every connection to the agent ends here: clients
@@ -401,9 +409,6 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	if !bx.running() || bx.paused.Load() {
 		return fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
 	}
-	if b.cfg.DiskOverlay {
-		return fmt.Errorf("%w: pausing needs the writable layer in memory (disk_overlay is set)", backend.ErrUnsupported)
-	}
 	tmp := b.checkpoint(bx.id) + ".new"
 	if err := b.writeImage(ctx, bx, tmp); err != nil {
 		return err
@@ -452,6 +457,11 @@ func (b *Backend) Pause(ctx context.Context, h backend.Handle) error {
 	}
 	if _, err := b.runscFor(bx.state, 1).run(context.WithoutCancel(ctx), "delete", "--force", bx.id); err != nil {
 		b.logf(bx, "runsc delete after checkpoint: %v", err)
+	}
+	// The writable layer is in the image now: its disk goes back to the
+	// host until the resume mounts a new one.
+	if err := b.releaseUpper(bx.id, bx.state); err != nil {
+		b.logf(bx, "release the disk image after checkpoint: %v", err)
 	}
 	clearPausing(bx.state)
 	return nil
@@ -506,6 +516,11 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 		r.run(rctx, "delete", "--force", bx.id)
 	}
 
+	// A file-backed writable layer is restored into a new filestore, which
+	// runsc creates in st.upper(): a fresh disk image for it.
+	if err := b.mountUpper(bx.id, *st); err != nil {
+		return fmt.Errorf("restore %s: %w", bx.id, err)
+	}
 	os.Remove(st.pidFile()) // the last boot's; runsc writes it anew
 	logf, err := os.OpenFile(st.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -656,9 +671,6 @@ func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.Snaps
 	defer bx.mu.Unlock()
 	if !bx.running() || bx.paused.Load() {
 		return backend.SnapshotRef{}, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
-	}
-	if b.cfg.DiskOverlay {
-		return backend.SnapshotRef{}, fmt.Errorf("%w: snapshots need the writable layer in memory (disk_overlay is set)", backend.ErrUnsupported)
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])

@@ -11,10 +11,12 @@
 // Create composes the template's "/" layers into a read-only host overlay
 // (see rootfs.go), writes an OCI bundle and creates the sandbox's host
 // cgroup; Start runs `runsc create` and `runsc start`. runsc puts gVisor's
-// overlay over that root with a writable layer in memory capped at the disk
-// limit (--overlay2=root:memory,size=...; Config.DiskOverlay moves it to a
-// sparse host file in the run directory), so the template on the host is
-// never written. Deeper targets ("/usr", which the base template shares with
+// overlay over that root with a writable layer capped at the disk limit,
+// kept in a host file (its filestore: --overlay2=root:dir=Dir/upper,size=...)
+// on the sandbox's own ext4 image mounted at Dir/upper (Config.DiskDir), or
+// in gVisor's memory where images cannot be made
+// (--overlay2=root:memory,...), so the template on the host is never
+// written. Deeper targets ("/usr", which the base template shares with
 // the host) are bound in read-only and get their own gVisor overlay from the
 // init, so the sandbox sees one overlay per target as in a native sandbox.
 //
@@ -64,14 +66,19 @@
 //     memory no process owns (a memfd written and kept) escapes the
 //     watchdog, and the host cgroup then stops it, taking the sandbox down,
 //     at most the headroom past the limit (probe 23's memfd bomb; with
-//     256 MiB the bomb finished). Writable layers, /tmp and /dev/shm are in
-//     memory and count, as native sandboxes' tmpfs layers do.
+//     256 MiB the bomb finished). /tmp, /dev/shm and the deeper targets'
+//     writable layers are in memory and count (the layer of "/" too when it
+//     cannot be on disk).
 //   - Pids: gVisor's own pids cgroup (cgroup v2 inside the sandbox:
 //     --in-sandbox-cgroup=v2), which refuses forks past the limit; the host
 //     cgroup gets the limit plus Config.PidsHeadroom for the sentry's
 //     threads and systrap's stub processes.
 //   - Disk: the size of each writable layer (of "/", of the other targets',
-//     and of /tmp), each capped at the disk limit.
+//     and of /tmp), each capped at the disk limit by gVisor. The layer of
+//     "/" is on the host's disk when Config.DiskDir is usable: its image
+//     (slightly larger, see imageBytes) is the host's cap, and its pages are
+//     not the sandbox's memory (scripts/runsc-patches/0004 keeps them so
+//     after a restore). The other layers are in memory and count.
 //   - Open files: RLIMIT_NOFILE, set by the init for everything it starts;
 //     on the host, --dcache (Config.DentryCache) bounds the descriptors the
 //     sentry and gofer keep open for cached files.
@@ -137,6 +144,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
+	"github.com/warden-sandbox/warden/internal/isolation/diskimg"
 	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
 )
 
@@ -201,8 +209,17 @@ type Config struct {
 	// host file descriptors its sentry and gofer keep open (--dcache);
 	// default 256.
 	DentryCache int `json:"dentry_cache"`
-	// DiskOverlay puts the writable layer of "/" in a host file of the run
-	// directory (sparse, at most the disk limit) instead of memory.
+	// DiskDir, when set, puts the writable layer of "/" on the host's
+	// disk: gVisor's overlay keeps it in a file (its filestore) in a
+	// per-sandbox ext4 image in this directory, loop-mounted on the
+	// sandbox's Dir/upper (package diskimg), so the host enforces the size
+	// whatever the sentry does. Empty, or a host that cannot mount images:
+	// DiskOverlay decides. Pause and fork work either way (see
+	// checkpoint.go).
+	DiskDir string `json:"disk_dir"`
+	// DiskOverlay, without a usable DiskDir, puts the writable layer of "/"
+	// in a host file of the run directory (sparse, capped only by gVisor's
+	// own overlay size) instead of memory.
 	DiskOverlay bool `json:"disk_overlay"`
 	// StartTimeout bounds how long Start waits for the agent.
 	StartTimeout time.Duration `json:"start_timeout"`
@@ -290,6 +307,9 @@ type Backend struct {
 	agent   string // the installed agent copy
 	seccomp []byte
 
+	disk    *diskimg.Pool // nil: no image per sandbox (see Config.DiskDir)
+	diskErr error         // why not, when DiskDir was set
+
 	mu    sync.Mutex
 	boxes map[string]*box
 }
@@ -375,7 +395,92 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), boxes: map[string]*box{}}, nil
+	b := &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), boxes: map[string]*box{}}
+	if cfg.DiskDir != "" {
+		if b.disk, err = diskimg.New(cfg.DiskDir); err != nil {
+			b.disk, b.diskErr = nil, err
+		}
+	}
+	return b, nil
+}
+
+// WritableLayer says where the writable layer of "/" lives: "disk" (gVisor's
+// filestore in a size-limited image on the host's disk), "file" (the
+// filestore in the run directory, Config.DiskOverlay) or "memory" (gVisor's
+// memory, charged to the sandbox), and, when disk was asked for and is not
+// used, why.
+func (b *Backend) WritableLayer() (string, error) {
+	switch {
+	case b.disk != nil:
+		return "disk", nil
+	case b.cfg.DiskOverlay:
+		return "file", b.diskErr
+	}
+	return "memory", b.diskErr
+}
+
+// fileOverlay reports whether the writable layer of "/" is a host file.
+func (b *Backend) fileOverlay() bool { return b.disk != nil || b.cfg.DiskOverlay }
+
+// imageBytes is the size of a sandbox's disk image for a disk limit of
+// limit bytes. gVisor's overlay enforces the limit itself (ENOSPC inside the
+// sandbox, --overlay2=...,size=); the image is the host's backstop and is a
+// little larger, so that the filestore's own slack (page-granular
+// allocation, ext4 metadata) never makes the host refuse a write gVisor
+// allowed: the sentry writes the filestore through a memory mapping, where
+// a host ENOSPC would be a fault, not an error the sandbox sees.
+func imageBytes(limit int64) int64 {
+	return limit + max(limit/16, 64<<20)
+}
+
+// mountUpper gives sandbox id its disk image on st.upper(), unless it has
+// it already or the backend keeps no images. A stale image of an earlier
+// sandbox of that id is removed first.
+func (b *Backend) mountUpper(id string, st handleData) error {
+	if b.disk == nil || diskimg.Mounted(st.upper()) {
+		return nil
+	}
+	if err := b.disk.Remove(id, st.upper()); err != nil {
+		return err
+	}
+	if err := b.disk.Mount(id, imageBytes(st.DiskBytes), st.upper(), 0); err != nil {
+		return fmt.Errorf("sandbox disk: %w", err)
+	}
+	return nil
+}
+
+// releaseUpper unmounts and deletes sandbox id's disk image, if any.
+func (b *Backend) releaseUpper(id string, st handleData) error {
+	if b.disk != nil {
+		return b.disk.Remove(id, st.upper())
+	}
+	return diskimg.Unmount(st.upper())
+}
+
+// PurgeDisks deletes disk images no known sandbox owns (a crash between the
+// image and the run directory, or a reboot that took the run directory of
+// a sandbox that is gone). Call it after Recover.
+func (b *Backend) PurgeDisks() error {
+	if b.disk == nil {
+		return nil
+	}
+	ids, err := b.disk.Images()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		b.mu.Lock()
+		_, live := b.boxes[id]
+		b.mu.Unlock()
+		if live {
+			continue
+		}
+		if err := b.disk.Remove(id, handleData{Dir: filepath.Join(b.cfg.RunDir, id)}.upper()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // installAgent copies the agent binary to dir/.warden-agent (0555), replacing
@@ -420,7 +525,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: !b.cfg.DiskOverlay, Fork: !b.cfg.DiskOverlay, NeedsRoot: true}
+	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, NeedsRoot: true}
 }
 
 // Paths of a sandbox's run directory.
@@ -482,7 +587,7 @@ func (b *Backend) runscFor(st handleData, diskBytes int64) runsc {
 		flags = append(flags, "--network=none")
 	}
 	medium := "memory"
-	if b.cfg.DiskOverlay {
+	if b.fileOverlay() {
 		medium = "dir=" + st.upper()
 	}
 	flags = append(flags, "--overlay2=root:"+medium+",size="+strconv.FormatInt(diskBytes, 10))
@@ -547,6 +652,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return h, fmt.Errorf("create sandbox dir: %w", err)
 		}
+	}
+	if err := b.mountUpper(spec.ID, st); err != nil {
+		return h, err
 	}
 	if raw, err := json.Marshal(spec); err != nil {
 		return h, fmt.Errorf("encode spec: %w", err)
@@ -629,7 +737,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		OpenFiles:   l.OpenFiles,
 		RootCaps:    rootCaps,
 		Seccomp:     b.seccomp,
-		Agent:       agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env},
+		Agent:       agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: l.DiskBytes},
 		UpperBytes:  l.DiskBytes,
 		ResolvConf:  spec.ResolvConf,
 	}
@@ -740,6 +848,9 @@ func (b *Backend) cleanup(ctx context.Context, st handleData, id string) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if err := b.releaseUpper(id, st); err != nil {
+		errs = append(errs, err)
 	}
 	if cg, err := cgroup.Load(st.Cgroup); err == nil {
 		if err := cg.Delete(); err != nil {
@@ -914,6 +1025,11 @@ func (bx *box) watch(pidfd int, exited chan struct{}) {
 		es.Signal = int(syscall.SIGKILL)
 		es.Code = 128 + es.Signal
 		es.Reason = "sandbox killed"
+	} else if n := bx.oomEvents(); n > 0 {
+		es.Reason = fmt.Sprintf("out of memory: the sandbox's kernel exited after %d OOM kill(s) at its memory limit", n)
+		if m := bx.spec.Limits.MemoryBytes; m > 0 {
+			es.Reason += fmt.Sprintf(" (%d MiB)", m>>20)
+		}
 	}
 	bx.finish(es)
 }
@@ -1089,7 +1205,10 @@ func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, e
 	}
 	u := backend.Usage{CPUNanos: int64(s.CPUNanos), MemoryBytes: int64(s.MemoryBytes), MemoryPeak: int64(s.MemoryPeak),
 		Pids: -1, PidsLimitHits: -1, OOMEvents: bx.oomEvents(), DiskBytes: -1}
-	if bx.running() && b.cfg.DiskOverlay {
+	switch {
+	case b.disk != nil:
+		u.DiskBytes = imageUsed(bx.state.upper())
+	case bx.running() && b.cfg.DiskOverlay:
 		u.DiskBytes = upperBytes(bx.state)
 	}
 	return u, nil
@@ -1152,6 +1271,20 @@ func (b *Backend) Events(ctx context.Context, h backend.Handle) (<-chan backend.
 		}
 	}()
 	return out, nil
+}
+
+// imageUsed is the space used in the disk image mounted on dir (the
+// filestore's allocated blocks), or -1 when none is mounted there (a
+// paused sandbox's writable layer is in its checkpoint).
+func imageUsed(dir string) int64 {
+	if !diskimg.Mounted(dir) {
+		return -1
+	}
+	var sf unix.Statfs_t
+	if unix.Statfs(dir, &sf) != nil {
+		return -1
+	}
+	return int64(sf.Blocks-sf.Bfree) * sf.Bsize
 }
 
 // upperBytes is the space the sandbox's writable layer takes on the host:

@@ -62,7 +62,8 @@ func newBackend(t *testing.T) backend.Backend {
 	if err := gvisor.Preflight(); err != nil {
 		t.Fatalf("the gvisor backend cannot run here: %v", err)
 	}
-	b, err := gvisor.New(gvisor.Config{RunDir: runDir, AgentPath: agentBin})
+	// As wardend runs it: the writable layer of "/" in a disk image.
+	b, err := gvisor.New(gvisor.Config{RunDir: runDir, AgentPath: agentBin, DiskDir: diskDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,9 @@ func leftovers(t *testing.T, id string) []string {
 	var left []string
 	if _, err := os.Stat(filepath.Join(runDir, id)); err == nil {
 		left = append(left, "run directory "+filepath.Join(runDir, id))
+	}
+	if _, err := os.Stat(filepath.Join(diskDir(), id+".img")); err == nil {
+		left = append(left, "disk image "+filepath.Join(diskDir(), id+".img"))
 	}
 	cg := "gv-" + id
 	matches, _ := filepath.Glob("/sys/fs/cgroup/*/warden/" + cg)
@@ -221,6 +225,9 @@ func TestPausedAcrossReboot(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// diskDir holds the sandboxes' disk images.
+func diskDir() string { return filepath.Join(filepath.Dir(runDir), "disks") }
 
 // TestPauseResumeFailures: a pause whose checkpoint cannot be written leaves
 // the sandbox running (its process counting on, its agent answering), and a

@@ -32,6 +32,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
+	"github.com/warden-sandbox/warden/internal/isolation/diskimg"
 	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
 )
 
@@ -75,6 +76,13 @@ type Config struct {
 	Landlock string `json:"landlock"`
 	// StartTimeout bounds how long Start waits for the agent.
 	StartTimeout time.Duration `json:"start_timeout"`
+	// DiskDir, when set, puts each sandbox's writable layer (the root
+	// overlay's upper directory and /tmp) on the host's disk: a sparse ext4
+	// image of the disk limit in this directory, loop-mounted on the
+	// sandbox's stage directory (package diskimg). Empty, or a host that
+	// cannot mount images: a tmpfs of the disk limit, whose pages count
+	// against the sandbox's memory (see WritableLayer).
+	DiskDir string `json:"disk_dir"`
 }
 
 func (c *Config) defaults() {
@@ -118,6 +126,9 @@ type Backend struct {
 	agent   string
 	seccomp []byte // the assembled filter every sandbox installs
 
+	disk    *diskimg.Pool // nil: writable layers in memory
+	diskErr error         // why disk is nil although Config.DiskDir is set
+
 	mu    sync.Mutex
 	slots map[int]string // uid slot -> sandbox id
 	boxes map[string]*box
@@ -149,6 +160,7 @@ type handleData struct {
 	Dir       string `json:"dir"`
 	Pid       int    `json:"pid,omitempty"`
 	StartTime uint64 `json:"start_time,omitempty"` // /proc/<pid>/stat field 22, guards against pid reuse
+	Disk      bool   `json:"disk,omitempty"`       // the writable layer is a disk image mounted on Dir/stage
 }
 
 // New builds the backend.
@@ -191,7 +203,55 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{cfg: cfg, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}, nil
+	b := &Backend{cfg: cfg, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}
+	if cfg.DiskDir != "" {
+		if b.disk, err = diskimg.New(cfg.DiskDir); err != nil {
+			b.disk, b.diskErr = nil, err
+		}
+	}
+	return b, nil
+}
+
+// WritableLayer says where sandboxes' writable layers live: "disk" (a
+// size-limited image on the host's disk) or "memory" (a tmpfs charged to
+// the sandbox's memory), and, for memory when disk was asked for, why.
+func (b *Backend) WritableLayer() (string, error) {
+	if b.disk != nil {
+		return "disk", nil
+	}
+	return "memory", b.diskErr
+}
+
+// removeDisk unmounts and deletes sandbox id's disk image, if any.
+func (b *Backend) removeDisk(id, dir string) {
+	stage := filepath.Join(dir, "stage")
+	if b.disk != nil {
+		b.disk.Remove(id, stage)
+		return
+	}
+	diskimg.Unmount(stage)
+}
+
+// PurgeDisks deletes disk images no known sandbox owns (a sandbox whose run
+// directory is gone: a reboot, or a crash between the image and the
+// handle). Call it after Recover.
+func (b *Backend) PurgeDisks() {
+	if b.disk == nil {
+		return
+	}
+	ids, err := b.disk.Images()
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		b.mu.Lock()
+		_, live := b.boxes[id]
+		b.mu.Unlock()
+		if _, err := os.Stat(filepath.Join(b.cfg.RunDir, id)); live || err == nil {
+			continue
+		}
+		b.removeDisk(id, filepath.Join(b.cfg.RunDir, id))
+	}
 }
 
 // installAgent copies the agent binary to dir/warden-agent (0555), replacing
@@ -321,7 +381,8 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		Cgroup:   "sb-" + spec.ID,
 		Dir:      dir,
 	}
-	os.RemoveAll(dir) // a stale directory from a crashed run
+	b.removeDisk(spec.ID, dir) // a stale directory from a crashed run
+	os.RemoveAll(dir)
 	stage := filepath.Join(dir, "stage")
 	if err := os.MkdirAll(stage, 0o700); err != nil {
 		return h, fmt.Errorf("create sandbox dir: %w", err)
@@ -334,8 +395,16 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		return h, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	l := spec.Limits
+	if b.disk != nil {
+		if err := b.disk.Mount(spec.ID, l.DiskBytes, stage, int(bx.state.UIDBase)); err != nil {
+			os.RemoveAll(dir)
+			return h, fmt.Errorf("writable layer: %w", err)
+		}
+		bx.state.Disk = true
+	}
 	cg, err := cgroup.Create(bx.state.Cgroup, cgroup.Limits{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes, Pids: l.Pids})
 	if err != nil {
+		b.removeDisk(spec.ID, dir)
 		os.RemoveAll(dir)
 		return h, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -349,6 +418,7 @@ func (b *Backend) forget(bx *box) {
 		cg.Delete()
 	}
 	if bx.state.Dir != "" {
+		b.removeDisk(bx.id, bx.state.Dir)
 		os.RemoveAll(bx.state.Dir)
 	}
 	b.mu.Lock()
@@ -440,7 +510,15 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	bx.cmd = cmd
 	go func() {
 		err := cmd.Wait()
-		bx.finish(exitStatusOf(cmd.ProcessState, err))
+		es := exitStatusOf(cmd.ProcessState, err)
+		if es.Signal == int(syscall.SIGKILL) {
+			// Killed, not by Kill (the manager records its own reason
+			// then): the OOM killer's work if the cgroup counted a kill.
+			if s, err := bx.cg.Stats(); err == nil && s.OOMEvents > 0 {
+				es.Reason = fmt.Sprintf("out of memory: the OOM killer ended the sandbox's agent at its memory limit (%d MiB)", spec.Limits.MemoryBytes>>20)
+			}
+		}
+		bx.finish(es)
 	}()
 	defer func() {
 		if err != nil {
@@ -499,11 +577,12 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 		RootCaps:  rootCaps,
 		DiskBytes: spec.Limits.DiskBytes,
 		TmpBytes:  spec.Limits.DiskBytes,
+		StageDisk: st.Disk,
 		ShmBytes:  min(spec.Limits.MemoryBytes/2, 64<<20),
 		OpenFiles: spec.Limits.OpenFiles,
 		Landlock:  b.cfg.Landlock,
 		Seccomp:   b.seccomp,
-		Agent:     agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env},
+		Agent:     agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: spec.Limits.DiskBytes},
 	}
 	conn, err := net.FileConn(parentF)
 	if err != nil {
@@ -902,6 +981,7 @@ func (b *Backend) cleanupOrphan(st handleData) {
 		cg.Delete()
 	}
 	if st.Dir != "" && strings.HasPrefix(st.Dir, b.cfg.RunDir+"/") {
+		b.removeDisk(filepath.Base(st.Dir), st.Dir)
 		os.RemoveAll(st.Dir)
 	}
 }

@@ -51,6 +51,7 @@ type Config struct {
 	DiskBytes int64        `json:"disk_bytes"`
 	ShmBytes  int64        `json:"shm_bytes"`
 	TmpBytes  int64        `json:"tmp_bytes"`
+	StageDisk bool         `json:"stage_disk,omitempty"` // wardend mounted a disk image of DiskBytes on StageDir: no tmpfs for it or /tmp
 	OpenFiles int64        `json:"open_files"`
 	Landlock  string       `json:"landlock"` // "require", "best-effort" or "off"
 	Seccomp   []byte       `json:"seccomp"`  // the assembled filter, see EncodeProgram

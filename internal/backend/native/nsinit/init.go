@@ -133,18 +133,20 @@ func lockdown(cfg Config) error {
 
 // buildRoot mounts the sandbox's root under cfg.StageDir/root.
 //
-//	stage (tmpfs, size = disk limit)
+//	stage (wardend's disk image, or a tmpfs; size = disk limit)
 //	├── l0 l1 ...      template layers (idmapped, read-only, moved from wardend)
 //	├── u0 w0 u1 w1    overlay upper and work dirs, one pair per target
 //	└── root           overlay of the "/" layers: the new root
 func buildRoot(cfg Config, fds []int) error {
 	stage := cfg.StageDir
-	opts := "mode=0700"
-	if cfg.DiskBytes > 0 {
-		opts += ",size=" + strconv.FormatInt(cfg.DiskBytes, 10)
-	}
-	if err := unix.Mount("warden-rw", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount writable layer: %w", err)
+	if !cfg.StageDisk {
+		opts := "mode=0700"
+		if cfg.DiskBytes > 0 {
+			opts += ",size=" + strconv.FormatInt(cfg.DiskBytes, 10)
+		}
+		if err := unix.Mount("warden-rw", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount writable layer: %w", err)
+		}
 	}
 	if err := unix.Chdir(stage); err != nil {
 		return fmt.Errorf("enter stage: %w", err)
@@ -283,11 +285,18 @@ func mountSpecial(root string, cfg Config) error {
 	if err := populateDev(dev, cfg); err != nil {
 		return err
 	}
-	// /tmp: its own tmpfs.
 	tmp, err := mountpoint(root, "/tmp")
 	if err != nil {
 		return err
 	}
+	if cfg.StageDisk {
+		// /tmp is part of the writable layer on disk, in the same limit.
+		if err := unix.Chmod(tmp, 0o1777); err != nil {
+			return fmt.Errorf("/tmp: %w", err)
+		}
+		return nil
+	}
+	// /tmp (writable layer in memory): its own tmpfs.
 	tmpOpts := "mode=1777"
 	if cfg.TmpBytes > 0 {
 		tmpOpts += ",size=" + strconv.FormatInt(cfg.TmpBytes, 10)
