@@ -586,6 +586,10 @@ func (c *conn) scrubPatterns() []scrubPattern {
 	return pats
 }
 
+// bodyGrace is how long a finished response waits for its request body's
+// copy to report before the connection is given up for keep-alive.
+const bodyGrace = time.Second
+
 // roundTrip relays one request and its response; keep reports whether the
 // connection can carry another.
 func (c *conn) roundTrip(req *request) (keep bool, err error) {
@@ -617,6 +621,12 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 		bodyDone <- nil
 	}
 	keep, err = c.relayResponse(req)
+	// The copy of a request body that was sent whole finishes as the
+	// response does, but its goroutine may report a moment later: give it
+	// a short grace before deciding (a non-blocking check here closed
+	// kept-alive connections at random).
+	grace := time.NewTimer(bodyGrace)
+	defer grace.Stop()
 	select {
 	case berr := <-bodyDone:
 		if berr != nil {
@@ -625,9 +635,10 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 				err = fmt.Errorf("broker: request body: %w", berr)
 			}
 		}
-	default:
-		// The response is complete but the request body is not: the
-		// connection cannot carry another request.
+	case <-grace.C:
+		// The response is complete but the request body is not (the
+		// upstream answered early): the connection cannot carry another
+		// request.
 		keep = false
 	}
 	return keep, err

@@ -186,7 +186,12 @@ func buildLocked(baseDir, version string) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("building the base template needs root (files are owned by uid 0 and 1000)")
 	}
-	if err := os.MkdirAll(baseDir, 0o700); err != nil {
+	// Parents as usual (0755: the run directory may sit beside them, and
+	// sandboxes exec the agent from there), the base directory itself 0700.
+	if err := os.MkdirAll(filepath.Dir(baseDir), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(baseDir), err)
+	}
+	if err := os.Mkdir(baseDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create %s: %w", baseDir, err)
 	}
 	// Root only: the snapshots hold hard links to set-user-ID binaries that

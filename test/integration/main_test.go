@@ -41,10 +41,23 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// One base template for every daemon of the run: a base version holds
+	// a hard-link snapshot of the host's /usr (about 180k entries), which
+	// takes seconds to make and more to delete, per state directory.
+	// newDirs links each daemon's templates/base here; EnsureBase's lock
+	// makes concurrent builds of one version safe.
+	sharedBase, err = os.MkdirTemp("", "warden-it-base-")
+	if err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	os.RemoveAll(sharedBase)
 	os.Exit(code)
 }
+
+// sharedBase is the base template directory every newDirs state links to.
+var sharedBase string
 
 // daemon is a running wardend.
 type daemon struct {
@@ -75,7 +88,14 @@ func newDirs(t *testing.T) (state, run string) {
 	}
 	os.Chmod(base, 0o755)
 	t.Cleanup(func() { os.RemoveAll(base) })
-	return filepath.Join(base, "state"), filepath.Join(base, "run")
+	state = filepath.Join(base, "state")
+	if err := os.MkdirAll(filepath.Join(state, "templates"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sharedBase, filepath.Join(state, "templates", "base")); err != nil {
+		t.Fatal(err)
+	}
+	return state, filepath.Join(base, "run")
 }
 
 // startDaemon starts wardend on the given dirs and waits until it serves.
