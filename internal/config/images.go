@@ -3,10 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"strconv"
-	"strings"
+
+	"github.com/warden-sandbox/warden/internal/image"
 )
 
 // RegistriesConfig is the operator's part of image pulls (imports and
@@ -51,12 +49,13 @@ type ImagesConfig struct {
 // DefaultImages returns the default import limits (the same as
 // internal/image's DefaultLimits).
 func DefaultImages() ImagesConfig {
+	l := image.DefaultLimits()
 	return ImagesConfig{
-		MaxUncompressedBytes: 8 << 30,
-		MaxEntries:           1_000_000,
-		MaxRatio:             100,
-		RatioMinBytes:        64 << 20,
-		MaxDownloadBytes:     4 << 30,
+		MaxUncompressedBytes: l.MaxBytes,
+		MaxEntries:           l.MaxEntries,
+		MaxRatio:             l.MaxRatio,
+		RatioMinBytes:        l.RatioMinBytes,
+		MaxDownloadBytes:     l.MaxDownloadBytes,
 	}
 }
 
@@ -64,7 +63,7 @@ func DefaultImages() ImagesConfig {
 func (c *Config) validateImages() error {
 	seen := map[string]bool{}
 	for _, r := range c.Registries.Allow {
-		key, err := NormalizeRegistryHost(r.Host)
+		key, err := image.NormalizeRegistryHost(r.Host)
 		if err != nil {
 			return fmt.Errorf("config: registries.allow: %w", err)
 		}
@@ -78,63 +77,4 @@ func (c *Config) validateImages() error {
 		return errors.New("config: images: max_uncompressed_bytes, max_entries, max_ratio, ratio_min_bytes and max_download_bytes must be positive")
 	}
 	return nil
-}
-
-// NormalizeRegistryHost checks a registries.allow host ("host" or
-// "host:port", IPv6 addresses in brackets; DNS names of letters, digits, '-'
-// and '_', or IP addresses without a zone) and returns it lower-cased. It
-// is internal/image's NormalizeRegistryHost (a fuzz test there keeps the two
-// in step); config does not import that package.
-func NormalizeRegistryHost(s string) (string, error) {
-	host, port := s, ""
-	if h, p, err := net.SplitHostPort(s); err == nil {
-		host, port = h, p
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-			return "", fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
-		}
-	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		host = s[1 : len(s)-1]
-		if ip, err := netip.ParseAddr(host); err != nil || !ip.Is6() {
-			return "", fmt.Errorf("%q is not an IPv6 address in brackets", s)
-		}
-	} else if strings.Contains(s, ":") {
-		return "", fmt.Errorf("%q is not host or host:port (IPv6 addresses go in brackets)", s)
-	}
-	host = strings.ToLower(host)
-	if ip, err := netip.ParseAddr(host); err == nil {
-		if ip.Zone() != "" {
-			return "", fmt.Errorf("%q: zoned addresses are not allowed", s)
-		}
-		if ip.Is6() && port == "" && !strings.HasPrefix(s, "[") {
-			return "", fmt.Errorf("%q: IPv6 addresses go in brackets", s)
-		}
-		host = ip.String()
-	} else if !dnsName(strings.TrimSuffix(host, ".")) {
-		return "", fmt.Errorf("%q is not host or host:port", s)
-	} else {
-		host = strings.TrimSuffix(host, ".")
-	}
-	if port == "" {
-		return host, nil
-	}
-	return net.JoinHostPort(host, port), nil
-}
-
-// dnsName reports whether s is a DNS name of labels of letters, digits,
-// '-' and '_'.
-func dnsName(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for _, c := range []byte(label) {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -15,8 +15,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
-	"github.com/warden-sandbox/warden/internal/config"
 )
 
 // zeroReader is an endless stream of zero bytes.
@@ -297,12 +295,6 @@ func TestLimitsDefaults(t *testing.T) {
 	}
 	if got := (*Policy)(nil).Limits(); got != DefaultLimits() {
 		t.Errorf("nil policy limits %+v", got)
-	}
-	// wardend's configuration defaults are these.
-	c := config.DefaultImages()
-	if got := (Limits{MaxBytes: c.MaxUncompressedBytes, MaxEntries: c.MaxEntries, MaxRatio: c.MaxRatio,
-		RatioMinBytes: c.RatioMinBytes, MaxDownloadBytes: c.MaxDownloadBytes}); got != DefaultLimits() {
-		t.Errorf("config defaults %+v differ from DefaultLimits %+v", got, DefaultLimits())
 	}
 	if _, err := NewPolicy(nil, nil, Limits{MaxBytes: -1}); err == nil {
 		t.Error("negative limit accepted")

@@ -106,6 +106,14 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("mount a small tmpfs for the state dir: %v %s", err, out)
 		}
 		t.Cleanup(func() { syscall.Unmount(state, syscall.MNT_DETACH) })
+		// The tmpfs hides newDirs' link to the shared base template: link
+		// it again (a base built in 16 MiB would fill the disk at start).
+		if err := os.MkdirAll(filepath.Join(state, "templates"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(sharedBase, filepath.Join(state, "templates", "base")); err != nil {
+			t.Fatal(err)
+		}
 		d := startDaemon(t, state, run)
 		c := d.client(t, d.adminKey)
 		ctx := ctxT(t)

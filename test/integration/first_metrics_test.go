@@ -98,7 +98,10 @@ func TestFirstMetrics(t *testing.T) {
 	state, run := newDirs(t)
 	// runsc keeps its null-netns mount past its sandboxes (see unmountUnder).
 	t.Cleanup(func() { unmountUnder(filepath.Join(run, "gvisor")) })
-	d := startDaemon(t, state, run, "--pool-size", "1")
+	// Per-sandbox series carry their sandbox label only when the operator
+	// asks (metrics.per_sandbox_labels); by default they are summed.
+	cfg := lnWriteConfig(t, "metrics:\n  per_sandbox_labels: true\n")
+	d := startDaemon(t, state, run, "--pool-size", "1", "--config", cfg)
 	c := d.client(t, d.adminKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
