@@ -228,7 +228,9 @@ func TestPTYHangup(t *testing.T) {
 	}
 	var out syncBuffer
 	go io.Copy(&out, p)
-	p.Write([]byte("echo $$ > /tmp/pty-hangup.pid; echo ready\n"))
+	// The terminal echoes the typed line: wait for output the line itself
+	// does not hold ("re''ady" prints as "ready").
+	p.Write([]byte("echo $$ > /tmp/pty-hangup.pid; echo re''ady\n"))
 	waitFor(t, &out, "ready")
 	p.Close()
 	var pid bytes.Buffer
