@@ -3,10 +3,11 @@
 # userland the `base` template exposes to sandboxes (bash, coreutils,
 # python3, node, git) and the tools the tests and benchmarks use (bubblewrap
 # as a baseline, util-linux for unshare, debootstrap for the Debian image
-# test). Idempotent: skips what is there.
+# test, e2fsprogs and mount for the sandboxes' disk images, systemd-analyze
+# for the unit `wardend install` writes). Idempotent: skips what is there.
 set -euo pipefail
 need=()
-for pair in python3:python3 git:git ip:iproute2 bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux debootstrap:debootstrap tar:tar; do
+for pair in python3:python3 git:git ip:iproute2 bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux debootstrap:debootstrap tar:tar mkfs.ext4:e2fsprogs losetup:mount systemd-analyze:systemd; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done
