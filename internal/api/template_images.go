@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -13,19 +14,16 @@ import (
 	"github.com/warden-sandbox/warden/internal/template/dockerfile"
 )
 
-// imageError is the API error of an image pull or import: 403 for a
-// registry the destination policy refuses, 413 for an import limit, 422
-// otherwise. Registry errors never quote a registry's response (see
-// image.Policy), so the message is safe to show.
+// imageError is the API error of an image pull or import: apierr.From's
+// 403 for a registry the destination policy refuses and 413 for an import
+// limit, 422 otherwise. Registry errors never quote a registry's response
+// (see image.Policy), so the message is safe to show.
 func imageError(what string, err error) error {
-	msg := what + ": " + err.Error()
-	switch {
-	case errors.Is(err, image.ErrRegistryDenied):
-		return apierr.Wrap(apierr.CodeForbidden, msg, err)
-	case errors.Is(err, image.ErrLimit):
-		return apierr.Wrap(apierr.CodePayloadTooLarge, msg, err)
+	err = fmt.Errorf("%s: %w", what, err)
+	if errors.Is(err, image.ErrRegistryDenied) || errors.Is(err, image.ErrLimit) {
+		return apierr.From(err)
 	}
-	return apierr.Wrap(apierr.CodeValidationFailed, msg, err)
+	return apierr.Wrap(apierr.CodeValidationFailed, err.Error(), err)
 }
 
 // checkFromRefs refuses, before a build starts streaming, a Dockerfile

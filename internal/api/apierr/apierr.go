@@ -201,10 +201,12 @@ func From(err error) *Error {
 		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNoNetwork.Error()), err)
 	case errors.Is(err, sandbox.ErrNotReady):
 		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNotReady.Error()), err)
+	// Image pulls and imports, directly or in a build's FROM. Their
+	// messages never quote a registry's response, so they are shown.
 	case errors.Is(err, image.ErrRegistryDenied):
-		return Wrap(CodeForbidden, fromFirst(err, build.ErrBuild.Error()), err)
+		return Wrap(CodeForbidden, imageMessage(err), err)
 	case errors.Is(err, image.ErrLimit):
-		return Wrap(CodePayloadTooLarge, fromFirst(err, build.ErrBuild.Error()), err)
+		return Wrap(CodePayloadTooLarge, imageMessage(err), err)
 	case errors.Is(err, build.ErrBuild):
 		return Wrap(CodeValidationFailed, fromFirst(err, build.ErrBuild.Error()), err)
 	case errors.Is(err, template.ErrInvalidName):
@@ -258,6 +260,16 @@ func publicTail(err error, def string) string {
 		return msg[i+len(def)+2:]
 	}
 	return def
+}
+
+// imageMessage is the message of an image error: from the build sentinel
+// on when a build's FROM failed, else all of it.
+func imageMessage(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, build.ErrBuild.Error()); i >= 0 {
+		return msg[i:]
+	}
+	return msg
 }
 
 // fromFirst returns err's message from the first occurrence of the
