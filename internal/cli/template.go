@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -43,11 +44,38 @@ type progress struct {
 	tty   bool
 	bar   *progressbar.ProgressBar
 	layer string
+	now   func() time.Time
+	// start is when the layer being shown sent its first event; its rate
+	// is the compressed bytes read over the time since.
+	start time.Time
 }
 
 func newProgress(w io.Writer) *progress {
 	f, ok := w.(*os.File)
-	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd())), now: time.Now}
+}
+
+// phaseLabel names an import phase as a person reads it. The daemon streams
+// each layer: "download" events count compressed bytes read while the files
+// are extracted from them, and "extract" is the finish (the content digest
+// checked, the layer published), so they read as extracting and verifying.
+func phaseLabel(phase string) string {
+	switch phase {
+	case "download":
+		return "extracting"
+	case "extract":
+		return "verifying"
+	}
+	return phase
+}
+
+// rate formats n bytes over d as a rate, or "" when d is too short to mean
+// anything.
+func rate(n int64, d time.Duration) string {
+	if n <= 0 || d < time.Millisecond {
+		return ""
+	}
+	return sizeOf(int64(float64(n)/d.Seconds())) + "/s"
 }
 
 func (p *progress) finish() {
@@ -75,33 +103,48 @@ func (p *progress) event(ev warden.TemplateEvent) {
 		p.finish()
 	case "progress":
 		label := fmt.Sprintf("layer %d/%d %s", ev.Index+1, ev.Count, shortDigest(ev.Layer))
-		switch {
-		case ev.Cached:
+		if ev.Cached {
 			p.finish()
 			fmt.Fprintf(p.w, "%s: already stored\n", label)
+			return
+		}
+		if ev.Layer != p.layer {
+			// The first event of a layer starts its clock.
+			p.finish()
+			p.layer, p.start = ev.Layer, p.now()
+		}
+		switch {
 		case ev.Phase == "done":
 			if p.bar != nil {
 				p.bar.Set64(p.bar.GetMax64())
 			}
 			p.finish()
-			if !p.tty {
-				fmt.Fprintf(p.w, "%s: done\n", label)
+			took := p.now().Sub(p.start)
+			line := fmt.Sprintf("%s: %s read and extracted in %.1f s", label, sizeOf(ev.Total), took.Seconds())
+			if r := rate(ev.Total, took); r != "" {
+				line += " (" + r + ")"
 			}
+			fmt.Fprintln(p.w, line)
+			p.layer = ""
 		case !p.tty:
-			if p.layer != ev.Layer+ev.Phase {
-				p.layer = ev.Layer + ev.Phase
-				fmt.Fprintf(p.w, "%s: %s %s\n", label, ev.Phase, sizeOf(ev.Total))
+			// One line per phase of a layer.
+			if ev.Current == 0 || ev.Phase == "extract" {
+				fmt.Fprintf(p.w, "%s: %s %s\n", label, phaseLabel(ev.Phase), sizeOf(ev.Total))
+			}
+		case ev.Phase == "extract":
+			// All bytes are in; the digest check is quick. Relabel the bar
+			// rather than start one whose rate would mean nothing.
+			if p.bar != nil {
+				p.bar.Describe(label + " " + phaseLabel(ev.Phase))
 			}
 		default:
-			if p.bar == nil || p.layer != ev.Layer+ev.Phase {
-				p.finish()
-				p.layer = ev.Layer + ev.Phase
+			if p.bar == nil {
 				total := ev.Total
 				if total <= 0 {
 					total = -1
 				}
 				p.bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(p.w),
-					progressbar.OptionSetDescription(label+" "+ev.Phase), progressbar.OptionShowBytes(true),
+					progressbar.OptionSetDescription(label+" "+phaseLabel(ev.Phase)), progressbar.OptionShowBytes(true),
 					progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100_000_000))
 			}
 			p.bar.Set64(ev.Current)

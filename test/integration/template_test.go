@@ -3,6 +3,7 @@ package integration
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -257,6 +259,42 @@ func TestTemplates(t *testing.T) {
 		}
 		if u.Layers != 2 {
 			t.Errorf("store holds %d layers after three imports of one image, want 2 (shared)", u.Layers)
+		}
+	})
+
+	t.Run("ImportProgressLines", func(t *testing.T) {
+		// Fresh layers (nothing stored yet), imported through the CLI
+		// without a terminal: one line per phase, named as a person reads
+		// it, then the layer's size, time and rate.
+		body := make([]byte, 256<<10)
+		if _, err := rand.Read(body); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := mutate.AppendLayers(img, layerOf(t, entry{name: "fresh.bin", typ: tar.TypeReg, mode: 0o644, body: body}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "fresh.tar")
+		tag, _ := name.NewTag("example.com/fresh:1")
+		if err := tarball.WriteToFile(path, tag, fresh); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := d.cli(t, "", "template", "import", path, "-t", "tool:fresh")
+		if code != 0 {
+			t.Fatalf("warden template import: %d\n%s%s", code, out, errOut)
+		}
+		for _, re := range []string{
+			`(?m)^layer 1/3 [0-9a-f]{12}: already stored$`,
+			`(?m)^layer 3/3 [0-9a-f]{12}: extracting [0-9.]+ KiB$`,
+			`(?m)^layer 3/3 [0-9a-f]{12}: verifying [0-9.]+ KiB$`,
+			`(?m)^layer 3/3 [0-9a-f]{12}: [0-9.]+ KiB read and extracted in [0-9]+\.[0-9] s( \([0-9.]+ (B|KiB|MiB|GiB)/s\))?$`,
+		} {
+			if !regexp.MustCompile(re).MatchString(errOut) {
+				t.Errorf("import progress has no line matching %s:\n%s", re, errOut)
+			}
+		}
+		if strings.Contains(errOut, ": download ") || strings.Contains(errOut, ": extract ") {
+			t.Errorf("import progress uses the wire phase names:\n%s", errOut)
 		}
 	})
 
