@@ -11,9 +11,14 @@
 //
 // # Commands
 //
-//	warden sandbox create|ls|inspect|kill|timeout|usage
+//	warden sandbox create|ls|inspect|kill|timeout|pause|resume|fork|usage|net|url
+//	warden template build|import|ls|inspect|rm|du|gc
+//	warden secret put|ls|grant|revoke|rm
 //	warden exec [-i] [-t] ID -- CMD [ARG...]
+//	warden run ID [CODE]               (the sandbox's code interpreter)
+//	warden contexts ls|create|restart|rm ID ...
 //	warden process ls|attach|signal ID ...
+//	warden logs ID [-f]
 //	warden cp SRC DST                 (either side ID:/path; "-" for stdin/stdout)
 //	warden fs ls|cat|stat|mkdir|mv|rm|watch ID PATH ...
 //	warden keys create|ls|revoke
@@ -21,7 +26,10 @@
 //	warden whoami
 //	warden audit ls|verify
 //	warden version
+//	warden completion bash|zsh|fish
 //	warden help [COMMAND...]
+//
+// Wherever a command takes a sandbox ID it also takes the sandbox's name.
 //
 // Process commands are folded under `warden process` (noun, then verb, like the other
 // groups); `process ls` is also `process ps`, and `process signal` also `process kill`.

@@ -1,5 +1,5 @@
 // Package gvisor is Warden's gVisor backend: each sandbox is a gVisor
-// sandbox (runsc, the systrap platform, no network but loopback) whose
+// sandbox (runsc, the systrap platform) whose
 // kernel is gVisor's sentry, a user-space kernel that serves every system
 // call of the sandbox's processes. Nothing in the sandbox talks to the host
 // kernel directly. runsc is built by scripts/install-runsc.sh at a pinned
@@ -111,7 +111,16 @@
 // Spec.Uppers (capturing the writable layer for template builds) is refused:
 // Capabilities.CaptureUpper is false. Spec.RootCaps is honoured (root keeps
 // those capabilities inside gVisor's kernel). Pause, resume and fork with
-// memory are in checkpoint.go. Networking is --network=none: only loopback.
+// memory are in checkpoint.go.
+//
+// # Network
+//
+// Without Spec.Network a sandbox runs with --network=none: loopback only.
+// With it, the daemon puts the sandbox's link into a network namespace of
+// its own between Create and Start (netns.go, NetNSer in internal/sandbox),
+// and runsc runs with --network=sandbox, so gVisor's netstack takes that
+// namespace's devices at boot; all egress then goes through wardend's
+// egress path as for a native sandbox.
 package gvisor
 
 import (
@@ -137,11 +146,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/warden-sandbox/warden/internal/agent"
+	"github.com/warden-sandbox/warden/internal/agent/agentcfg"
 	"github.com/warden-sandbox/warden/internal/backend"
-	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
+	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit/gwire"
 	"github.com/warden-sandbox/warden/internal/backend/hostproc"
-	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
+	"github.com/warden-sandbox/warden/internal/backend/sbinit"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
 	"github.com/warden-sandbox/warden/internal/isolation/diskimg"
@@ -151,8 +160,8 @@ import (
 // ID is the backend's registry name.
 const ID = "gvisor"
 
-// dirInside is ginit.Dir, the backend's directory in the sandbox's root.
-const dirInside = ginit.Dir
+// dirInside is gwire.Dir, the backend's directory in the sandbox's root.
+const dirInside = gwire.Dir
 
 // Names in the run directory besides the sandboxes' directories; sandbox
 // ids cannot contain a dot, so these never collide with one.
@@ -395,7 +404,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), boxes: map[string]*box{}}
+	b := &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: sbinit.EncodeProgram(prog), boxes: map[string]*box{}}
 	if cfg.DiskDir != "" {
 		if b.disk, err = diskimg.New(cfg.DiskDir); err != nil {
 			b.disk, b.diskErr = nil, err
@@ -535,7 +544,7 @@ func (st handleData) scaffold() string { return filepath.Join(st.Dir, "scaffold"
 func (st handleData) control() string  { return filepath.Join(st.Dir, "control") }
 func (st handleData) upper() string    { return filepath.Join(st.Dir, "upper") }
 func (st handleData) lower() string    { return filepath.Join(st.Dir, "lower") }
-func (st handleData) socket() string   { return filepath.Join(st.control(), ginit.SocketName) }
+func (st handleData) socket() string   { return filepath.Join(st.control(), gwire.SocketName) }
 func (st handleData) logPath() string  { return filepath.Join(st.Dir, "sandbox.log") }
 func (st handleData) netns() string    { return filepath.Join(st.Dir, "netns") }
 func (st handleData) pidFile() string  { return filepath.Join(st.Dir, "sandbox.pid") }
@@ -674,7 +683,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		if err != nil {
 			return h, fmt.Errorf("layers of %s: %w", t, err)
 		}
-		lowers = append(lowers, lower{target: t, source: src, inside: ginit.LowerDir + "/" + strconv.Itoa(i)})
+		lowers = append(lowers, lower{target: t, source: src, inside: gwire.LowerDir + "/" + strconv.Itoa(i)})
 	}
 	if spec.Network {
 		if err := makeNetNS(st.netns()); err != nil {
@@ -728,7 +737,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		return err
 	}
 	l := spec.Limits
-	icfg := ginit.Config{
+	icfg := gwire.Config{
 		Hostname:    hostname,
 		MemoryBytes: l.MemoryBytes,
 		Pids:        l.Pids,
@@ -737,21 +746,21 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		OpenFiles:   l.OpenFiles,
 		RootCaps:    rootCaps,
 		Seccomp:     b.seccomp,
-		Agent:       agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: l.DiskBytes},
+		Agent:       agentcfg.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: l.DiskBytes},
 		UpperBytes:  l.DiskBytes,
 		ResolvConf:  spec.ResolvConf,
 	}
 	for _, lw := range lowers {
-		icfg.Mounts = append(icfg.Mounts, ginit.Mount{Target: lw.target, Lower: lw.inside})
+		icfg.Mounts = append(icfg.Mounts, gwire.Mount{Target: lw.target, Lower: lw.inside})
 	}
-	if err := ginit.WriteConfig(filepath.Join(st.scaffold(), strings.TrimPrefix(ginit.ConfigPath, "/")), icfg); err != nil {
+	if err := gwire.WriteConfig(filepath.Join(st.scaffold(), strings.TrimPrefix(gwire.ConfigPath, "/")), icfg); err != nil {
 		return err
 	}
 	oci := specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: []string{ginit.AgentPath, "gvisor-init"},
+			Args: []string{gwire.AgentPath, "gvisor-init"},
 			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
@@ -762,7 +771,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		Hostname: hostname,
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: ginit.ControlDir, Type: "bind", Source: st.control(), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			{Destination: gwire.ControlDir, Type: "bind", Source: st.control(), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: cgroup.Parent + "/" + st.Cgroup,
@@ -1218,7 +1227,7 @@ func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, e
 // host OOM killer's.
 func (bx *box) oomEvents() int64 {
 	var n int64
-	if raw, err := os.ReadFile(filepath.Join(bx.state.control(), ginit.OOMFileName)); err == nil {
+	if raw, err := os.ReadFile(filepath.Join(bx.state.control(), gwire.OOMFileName)); err == nil {
 		if v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && v > 0 {
 			n = v
 		}
@@ -1389,7 +1398,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	// was in place (see recoverInterrupted).
 	exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
 	interrupted := exists(st.pausing()) || exists(b.checkpoint(h.ID)+".new") ||
-		exists(filepath.Join(st.control(), ginit.SuspendedName))
+		exists(filepath.Join(st.control(), gwire.SuspendedName))
 	gone := "its sandbox is no longer running"
 	if interrupted {
 		gone = "the daemon stopped while it was being paused and its sandbox is no longer running; the checkpoint was incomplete"
