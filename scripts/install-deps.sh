@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what Warden needs on a fresh Debian 12 machine (as root): the
 # userland the `base` template exposes to sandboxes (bash, coreutils,
-# python3, node, git) and the tools the tests and benchmarks use (bubblewrap
+# python3, node, npm, git) and the tools the tests and benchmarks use (bubblewrap
 # as a baseline, util-linux for unshare, debootstrap for the Debian image
 # test, e2fsprogs and mount for the sandboxes' disk images, systemd-analyze
 # for the unit `wardend install` writes). Idempotent: skips what is there.
 set -euo pipefail
 need=()
-for pair in python3:python3 git:git ip:iproute2 bwrap:bubblewrap unshare:util-linux node:nodejs setpriv:util-linux debootstrap:debootstrap tar:tar mkfs.ext4:e2fsprogs losetup:mount systemd-analyze:systemd; do
+for pair in python3:python3 git:git ip:iproute2 bwrap:bubblewrap unshare:util-linux node:nodejs npm:npm setpriv:util-linux debootstrap:debootstrap tar:tar mkfs.ext4:e2fsprogs losetup:mount systemd-analyze:systemd; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done
@@ -42,7 +42,9 @@ fi
 # sandboxes when runsc appears, without a restart), or skip.
 here=$(dirname "$0")
 case "${WARDEN_RUNSC:-sync}" in
-  sync) "$here/install-runsc.sh" ;;
+  # The same lock as a background build: wait for one in progress (it may
+  # have installed runsc by then) instead of building a second time.
+  sync) flock /run/warden-runsc-build.lock "$here/install-runsc.sh" ;;
   background)
     if ! "$here/install-runsc.sh" --check; then
       log=/var/log/warden-runsc-build.log
