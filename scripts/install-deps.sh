@@ -18,16 +18,16 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# The code interpreter: matplotlib, numpy and pandas for the system python3
+# The code interpreter: matplotlib, numpy, pandas and PIL for the system python3
 # (what E2B's code-interpreter template has), which the base template shares
 # with the host's /usr, so charts come back as PNG and dataframes work;
 # the real TypeScript compiler, installed globally where sandboxes find it
 # (/usr/lib/node_modules or /usr/local/lib/node_modules).
-if ! /usr/bin/python3 -c 'import matplotlib, numpy, pandas' >/dev/null 2>&1; then
-  echo "install-deps: installing python3-matplotlib python3-numpy python3-pandas" >&2
+if ! /usr/bin/python3 -c 'import matplotlib, numpy, pandas, PIL' >/dev/null 2>&1; then
+  echo "install-deps: installing python3-matplotlib python3-numpy python3-pandas python3-pil" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends python3-matplotlib python3-numpy python3-pandas >/dev/null
+  apt-get install -y -qq --no-install-recommends python3-matplotlib python3-numpy python3-pandas python3-pil >/dev/null
 fi
 if command -v npm >/dev/null 2>&1 && ! node -e 'require(require("path").join(process.argv[1], "typescript"))' "$(npm root -g)" >/dev/null 2>&1; then
   echo "install-deps: installing typescript@5 (npm -g)" >&2

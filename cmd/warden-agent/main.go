@@ -15,9 +15,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/warden-sandbox/warden/internal/agent"
+	"github.com/warden-sandbox/warden/internal/agent/sudo"
 	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
 	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
 )
@@ -35,6 +37,10 @@ Connect-RPC over HTTP/2 cleartext) and /health, /envs, /files and /tar.
 `
 
 func main() {
+	if filepath.Base(os.Args[0]) == "sudo" {
+		// Installed in sandboxes as sudo (see internal/agent/sudo).
+		os.Exit(sudo.Main(os.Args[1:], sudo.SocketPath, os.Stderr))
+	}
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)

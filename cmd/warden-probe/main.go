@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command warden-probe runs inside a sandbox and tries to break out of it. It
-// executes every escape and abuse probe of shared/security/probes.md that can
+// executes every escape and abuse probe of docs/probes.md that can
 // be checked from inside (filesystem and information 1–4, privilege and kernel
 // surface 7–15, network 16–21, resources 22–27) and prints one JSON object per
 // check on stdout:
@@ -11,8 +11,9 @@
 // A check passes when the attempt fails the expected way (the errno, or the
 // limit holding). Several checks share the id of the probe they belong to. A
 // check that cannot run because a facility is truly absent is reported with
-// "skip":true and says why. The last line is {"id":0,"name":"complete",...};
-// its absence means the probe runner itself died.
+// "skip":true and "pass":false (a skip is never a pass) and says why. The
+// last line is {"id":0,"name":"complete",...}; its absence means the probe
+// runner itself died.
 //
 // The flags name the canaries the host planted (a token that must be found
 // nowhere, a host loopback port, host unix sockets, a sibling sandbox's
@@ -96,6 +97,15 @@ type Options struct {
 	Only          listFlag // run only these probe ids
 	WalkBudget    time.Duration
 	AllowFSTypes  listFlag // filesystem types a backend legitimately mounts (e.g. a microVM's own ext4 root)
+	TimeScale     float64  // multiplies every time budget (an emulated VM runs many times slower)
+}
+
+// budget scales a time budget by -time-scale.
+func budget(d time.Duration) time.Duration {
+	if opts.TimeScale > 1 {
+		return time.Duration(float64(d) * opts.TimeScale)
+	}
+	return d
 }
 
 var (
@@ -137,7 +147,9 @@ func main() {
 	flag.Var(&opts.Only, "only", "run only these probe ids (repeatable, comma-separated)")
 	flag.Var(&opts.AllowFSTypes, "allow-fstype", "filesystem type(s) this backend legitimately mounts inside (repeatable)")
 	flag.DurationVar(&opts.WalkBudget, "walk-budget", 25*time.Second, "time budget of the canary-token walk")
+	flag.Float64Var(&opts.TimeScale, "time-scale", 1, "multiply every time budget by this (>= 1; for slow emulated hosts, such as a TCG VM)")
 	flag.Parse()
+	opts.WalkBudget = budget(opts.WalkBudget)
 
 	switch {
 	case *child != "":
@@ -167,6 +179,7 @@ type reporter struct {
 	enc   *json.Encoder
 	count int
 	fails int
+	skips int
 }
 
 func newReporter() *reporter { return &reporter{enc: json.NewEncoder(os.Stdout)} }
@@ -175,7 +188,10 @@ func (r *reporter) emit(res Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.count++
-	if !res.Pass && !res.Skip {
+	switch {
+	case res.Skip:
+		r.skips++
+	case !res.Pass:
 		r.fails++
 	}
 	r.enc.Encode(res)
@@ -193,9 +209,12 @@ func (r *reporter) check(id int, name string, ok bool, detail string) {
 	r.emit(Result{ID: id, Name: name, Pass: ok, Detail: detail})
 }
 
-// skip reports a check that cannot run here; the reason must say why.
+// skip reports a check that cannot run here; the reason must say why. A
+// skipped check did not pass: it is written with "pass":false, so a reader
+// that looks only at "pass" never counts it as one, and the reporter's
+// failure count leaves it out (the host decides whether a skip is allowed).
 func (r *reporter) skip(id int, name, why string) {
-	r.emit(Result{ID: id, Name: name, Pass: true, Skip: true, Detail: "SKIPPED: " + why})
+	r.emit(Result{ID: id, Name: name, Pass: false, Skip: true, Detail: "SKIPPED: " + why})
 }
 
 // note reports an attempt whose outcome only the host can judge (a datagram
@@ -270,7 +289,7 @@ func runAll() {
 		runGroup(r, g)
 	}
 	r.mu.Lock()
-	n, f := r.count, r.fails
+	n, f, sk := r.count, r.fails, r.skips
 	r.mu.Unlock()
 	var slow []string
 	for _, g := range gs {
@@ -279,7 +298,7 @@ func runAll() {
 		}
 	}
 	r.emit(Result{ID: 0, Name: "complete", Pass: true,
-		Detail: fmt.Sprintf("%d checks, %d failed, %.1fs, uid %d, GOMAXPROCS %d; slowest: %s", n, f, time.Since(start).Seconds(), os.Getuid(), runtime.GOMAXPROCS(0), strings.Join(slow, ", "))})
+		Detail: fmt.Sprintf("%d checks, %d failed, %d skipped, %.1fs, uid %d, GOMAXPROCS %d; slowest: %s", n, f, sk, time.Since(start).Seconds(), os.Getuid(), runtime.GOMAXPROCS(0), strings.Join(slow, ", "))})
 }
 
 // took records how long each probe group ran.
@@ -301,7 +320,7 @@ func runGroup(r *reporter, g group) {
 	defer func() { took[g.id] = time.Since(t0) }()
 	select {
 	case <-done:
-	case <-time.After(g.budget):
-		r.fail(g.id, g.name+"/timeout", fmt.Sprintf("did not finish within %s", g.budget))
+	case <-time.After(budget(g.budget)):
+		r.fail(g.id, g.name+"/timeout", fmt.Sprintf("did not finish within %s", budget(g.budget)))
 	}
 }

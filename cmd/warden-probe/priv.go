@@ -91,7 +91,7 @@ func runReportIDs() int {
 	go func() { io.Copy(io.Discard, os.Stdin); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(budget(10 * time.Second)):
 	}
 	return 0
 }

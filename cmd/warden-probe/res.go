@@ -54,6 +54,7 @@ func (c childResult) String() string {
 
 // runBomb runs "warden-probe -child kind args..." with a deadline.
 func runBomb(timeout time.Duration, env []string, kind string, args ...string) childResult {
+	timeout = budget(timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", append([]string{"-child", kind}, args...)...)
@@ -130,7 +131,7 @@ func probeForkBomb(r *reporter) {
 	}
 	// The sandbox recovers once the bomb is gone.
 	var err error
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(budget(5 * time.Second))
 	for time.Now().Before(deadline) {
 		if err = exec.Command("/bin/true").Run(); err == nil {
 			break
@@ -315,7 +316,7 @@ func probeKillAll(r *reporter) {
 		} else {
 			victim = "ended: " + child.ProcessState.String()
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(budget(5 * time.Second)):
 		child.Process.Kill()
 		victim = "still alive after 5s"
 	}

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	_ "github.com/warden-sandbox/warden/internal/backend/all" // the backends this build ships
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/daemon"
 )

@@ -26,26 +26,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/agent/agentcfg"
 	"github.com/warden-sandbox/warden/internal/agent/files"
 	"github.com/warden-sandbox/warden/internal/agent/interp"
 	"github.com/warden-sandbox/warden/internal/agent/process"
+	"github.com/warden-sandbox/warden/internal/agent/sudo"
 	"github.com/warden-sandbox/warden/internal/agentpb/filesystem/filesystempbconnect"
 	"github.com/warden-sandbox/warden/internal/agentpb/process/processpbconnect"
 )
 
-// Config is what the agent knows about its sandbox.
-type Config struct {
-	DefaultUser    string            `json:"default_user"`         // "user" when empty
-	DefaultWorkdir string            `json:"default_workdir"`      // the user's home when empty
-	Env            map[string]string `json:"env,omitempty"`        // sandbox-wide environment
-	DiskBytes      int64             `json:"disk_bytes,omitempty"` // the disk limit, named when a write does not fit
-}
+// Config is what the agent knows about its sandbox. It lives in package
+// agentcfg, which the daemon's backends import without linking the agent.
+type Config = agentcfg.Config
 
 // Agent holds the services of one agent.
 type Agent struct {
@@ -56,6 +56,8 @@ type Agent struct {
 	files *files.Service
 	code  *interp.Service
 	own   ownPorts // TCP ports the agent serves on, never forwarded to
+	// stopSudo closes the sudo socket (nil when the sandbox has no sudo).
+	stopSudo context.CancelFunc
 }
 
 // New builds an agent.
@@ -78,7 +80,29 @@ func New(cfg Config) *Agent {
 		DiskBytes:      cfg.DiskBytes,
 	})
 	a.code = interp.New(interp.Config{DefaultUser: cfg.DefaultUser, Procs: a.procs})
+	if os.Getpid() == 1 {
+		// A sandbox's agent (its init): the code interpreter also listens
+		// on the sandbox's loopback port 49999, as in E2B's template.
+		go a.code.ServeLocal(context.Background(), interp.LocalAddr)
+	}
+	if cfg.Sudo {
+		a.startSudo()
+	}
 	return a
+}
+
+// startSudo serves the sudo program (see package sudo), which the backend
+// has bound read-only at sudo.ShimPath: the agent binary itself, never a
+// copy in the sandbox's writable layer. A failure leaves the sandbox
+// without sudo, logged: `sudo` then says so.
+func (a *Agent) startSudo() {
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := (&sudo.Server{Procs: a.procs}).Listen(ctx, sudo.SocketPath); err != nil {
+		cancel()
+		slog.Warn("sudo unavailable", "err", err)
+		return
+	}
+	a.stopSudo = cancel
 }
 
 // Env returns a copy of the sandbox-wide environment.
@@ -161,6 +185,9 @@ func (a *Agent) serveInit(w http.ResponseWriter, r *http.Request) {
 
 // Close ends every process the agent started.
 func (a *Agent) Close() {
+	if a.stopSudo != nil {
+		a.stopSudo()
+	}
 	a.code.Close()
 	a.procs.Close()
 }

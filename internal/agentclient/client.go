@@ -51,11 +51,11 @@ func New(dial DialFunc) *Client {
 		MaxIdleConns:      4,
 		DisableKeepAlives: false,
 	}
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: kindTransport{tr}}
 	return &Client{
 		HTTP:    hc,
-		Process: processpbconnect.NewProcessClient(hc, base),
-		FS:      filesystempbconnect.NewFilesystemClient(hc, base),
+		Process: processpbconnect.NewProcessClient(hc, base, connect.WithInterceptors(kindInterceptor{})),
+		FS:      filesystempbconnect.NewFilesystemClient(hc, base, connect.WithInterceptors(kindInterceptor{})),
 	}
 }
 
@@ -206,7 +206,8 @@ func (c *Client) Signal(ctx context.Context, pid uint32, sig syscall.Signal) err
 	return err
 }
 
-// HTTPError is a non-2xx answer from an agent HTTP route.
+// HTTPError is a non-2xx answer from an agent HTTP route. Its kind comes
+// from its status (errors.go).
 type HTTPError struct {
 	Status  int
 	Message string
@@ -246,9 +247,10 @@ func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser
 	return resp.Body, nil
 }
 
-// WriteFile writes r to path atomically; mode 0 keeps the default.
+// WriteFile writes r to path atomically (the agent's atomic mode: a
+// temporary file renamed into place); mode 0 keeps the default.
 func (c *Client) WriteFile(ctx context.Context, path, user string, mode uint32, r io.Reader) error {
-	q := url.Values{"path": {path}}
+	q := url.Values{"path": {path}, "atomic": {"true"}}
 	if mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
 	}

@@ -55,6 +55,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/image"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/secrets"
@@ -131,6 +132,9 @@ type Config struct {
 	// port and from one client address (0: no cap).
 	PreviewWebSocketsPerPort   int
 	PreviewWebSocketsPerClient int
+	// Govern is the governance engine behind /v1/policies and
+	// /v1/approvals (governance.go); nil: those routes answer 503.
+	Govern *govern.Engine
 }
 
 // Server serves the Warden HTTP API.
@@ -216,7 +220,7 @@ func (s *Server) MetricsHandler() http.Handler {
 }
 
 // SandboxEnded records that a sandbox reached a terminal state. It is meant
-// for sandbox.Manager.OnEnd and does not block.
+// for sandbox.Config.OnEnd and does not block.
 func (s *Server) SandboxEnded(sb store.Sandbox) {
 	s.metrics.ended.WithLabelValues(sb.State).Inc()
 	s.ports.forget(sb.ID)
@@ -257,8 +261,10 @@ type route struct {
 	h        func(http.ResponseWriter, *http.Request) error
 }
 
-func (s *Server) routes() http.Handler {
-	rs := []route{
+// routeTable is every operation of the API: one per (method, path) of
+// spec/openapi.yaml, which TestSpecRoutes keeps equal.
+func (s *Server) routeTable() []route {
+	return []route{
 		{pattern: "GET /healthz", public: true, h: s.health},
 		{pattern: "GET /metrics", action: "metrics.read", scope: auth.ScopeMetricsRead, h: s.serveMetrics},
 		{pattern: "GET /v1/openapi.yaml", public: true, h: s.openAPI},
@@ -336,11 +342,28 @@ func (s *Server) routes() http.Handler {
 		{pattern: "GET /v1/secrets/{id}/grants", action: "secret.grant_list", scope: auth.ScopeSecretsRead, h: s.listGrants},
 		{pattern: "DELETE /v1/grants/{id}", action: "secret.grant_revoke", scope: auth.ScopeSecretsWrite, audited: true, h: s.revokeGrant},
 
+		{pattern: "POST /v1/policies", action: "policy.create", scope: auth.ScopePoliciesWrite, audited: true, h: s.createPolicy},
+		{pattern: "GET /v1/policies", action: "policy.list", scope: auth.ScopePoliciesRead, h: s.listPolicies},
+		// A dry run also needs audit:read (checked inside): it shows audit events.
+		{pattern: "POST /v1/policies/test", action: "policy.test", scope: auth.ScopePoliciesRead, audited: true, h: s.testPolicy},
+		{pattern: "GET /v1/policies/{id}", action: "policy.get", scope: auth.ScopePoliciesRead, h: s.getPolicy},
+		{pattern: "PUT /v1/policies/{id}", action: "policy.update", scope: auth.ScopePoliciesWrite, audited: true, h: s.updatePolicy},
+		{pattern: "DELETE /v1/policies/{id}", action: "policy.delete", scope: auth.ScopePoliciesWrite, audited: true, h: s.deletePolicy},
+		{pattern: "GET /v1/approvals", action: "approval.list", scope: auth.ScopeApprovalsDecide, h: s.listApprovals},
+		{pattern: "GET /v1/approvals/{id}", action: "approval.get", scope: auth.ScopeApprovalsDecide, h: s.getApproval},
+		// The engine audits each decision it records (approval.decide); the
+		// route audits refusals (self-approval, not an approver, no scope).
+		{pattern: "POST /v1/approvals/{id}/approve", action: "approval.decide", scope: auth.ScopeApprovalsDecide, h: s.approve},
+		{pattern: "POST /v1/approvals/{id}/reject", action: "approval.decide", scope: auth.ScopeApprovalsDecide, h: s.reject},
+
 		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, h: s.listAudit},
 		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, h: s.verifyAudit},
 	}
+}
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	for _, rt := range rs {
+	for _, rt := range s.routeTable() {
 		mux.Handle(rt.pattern, s.serve(rt))
 	}
 	mux.Handle("/", s.serve(route{pattern: "unmatched", public: true, h: noRoute}))

@@ -16,6 +16,7 @@ import (
 // target, outcome, request ID and a detail without secrets, and that the
 // chain verifies.
 func TestAudit(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 60*time.Second)
 	a, id := env.a, env.sbA
 	admin := env.admin

@@ -94,6 +94,11 @@ func agentCode(ctx context.Context, agent *agentclient.Client, method, path, use
 	}
 	if user != "" {
 		req.Header.Set("Authorization", sysuser.BasicAuth(user))
+	} else {
+		// Warden's API runs interpreters as the sandbox's user by default
+		// (E2B's clients, which name none, get root as in E2B's template);
+		// the header is interp.ActingUserHeader.
+		req.Header.Set("X-Warden-Acting-User", "1")
 	}
 	resp, err := agent.HTTP.Do(req)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
+	"github.com/warden-sandbox/warden/internal/sandbox"
 )
 
 // decodeJSON reads a JSON object body of at most MaxJSONBody bytes into v,
@@ -164,9 +165,7 @@ func checkUser(what, u string) error {
 	if u == "" {
 		return nil
 	}
-	if len(u) > 32 || !utf8.ValidString(u) || strings.ContainsFunc(u, func(r rune) bool {
-		return r <= 0x20 || r == 0x7f || r == ':' || r == '/' || r == '|'
-	}) {
+	if sandbox.CheckUser(u) != nil { // the manager's rules, for sandboxes
 		return apierr.Validation("%s: %q is not a valid user name", what, truncate(u, 64))
 	}
 	return nil

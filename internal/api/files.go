@@ -209,6 +209,11 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := callCtx(r)
 	defer cancel()
+	// The agent, like envd, removes a missing path without complaint; the
+	// spec promises 404 for one (warden fs rm -r relies on it).
+	if _, err := agent.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: p})); err != nil {
+		return err
+	}
 	if _, err := agent.FS.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: p})); err != nil {
 		return err
 	}

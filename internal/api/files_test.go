@@ -18,6 +18,7 @@ import (
 )
 
 func TestFiles(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 60*time.Second)
 	a, id := env.a, env.sbA
 	dir := "/home/user/files-test-" + uniq()
@@ -115,6 +116,7 @@ func TestFiles(t *testing.T) {
 }
 
 func TestWatch(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 30*time.Second)
 	a, id := env.a, env.sbA
 	dir := "/home/user/watch-test-" + uniq()
@@ -146,6 +148,7 @@ func TestWatch(t *testing.T) {
 }
 
 func TestArchive(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 30*time.Second)
 	a, id := env.a, env.sbA
 	dir := "/home/user/archive-test-" + uniq()
@@ -210,6 +213,7 @@ func TestArchive(t *testing.T) {
 }
 
 func TestPresign(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 30*time.Second)
 	a, id := env.a, env.sbA
 	const p = "/home/user/presign|test.txt"

@@ -130,15 +130,28 @@ func (s *Server) requireScope(r *http.Request, scope auth.Scope) error {
 	return nil
 }
 
-// sandboxFor returns the sandbox id if the caller may act on it. A sandbox
-// owned by someone else is reported exactly like one that does not exist,
-// so sandbox IDs do not leak.
-func (s *Server) sandboxFor(r *http.Request, id string) (store.Sandbox, error) {
+// sandboxFor returns the sandbox ref names if the caller may act on it:
+// ref is a sandbox id or a sandbox name (resolveName, names.go); it is the
+// one place that resolves either, and handlers act on the returned
+// sandbox's ID, never on ref. A sandbox owned by someone else is reported
+// exactly like one that does not exist, so sandbox IDs and names do not
+// leak. The call's audit target is the sandbox's ID.
+func (s *Server) sandboxFor(r *http.Request, ref string) (store.Sandbox, error) {
 	st := stateOf(r)
-	st.target = id
+	st.target = ref
+	id := ref
+	if !sandbox.IsID(ref) && sandbox.ValidName(ref) == nil {
+		named, err := s.resolveName(r, ref)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		id = named.ID
+		st.target = id
+		st.detail["sandbox_name"] = ref
+	}
 	sb, err := s.mgr.Get(r.Context(), id)
 	if errors.Is(err, sandbox.ErrNotFound) {
-		return store.Sandbox{}, notFoundf("sandbox %s not found", id)
+		return store.Sandbox{}, notFoundf("sandbox %s not found", ref)
 	}
 	if err != nil {
 		return store.Sandbox{}, err

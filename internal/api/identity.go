@@ -160,11 +160,21 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	if _, err := s.st.GetPrincipal(r.Context(), pid); err != nil {
+	p, err := s.st.GetPrincipal(r.Context(), pid)
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundf("principal %s not found", truncate(pid, 64))
 		}
 		return err
+	}
+	// Governance scopes are human-only (docs/governance.md): an agent
+	// never writes the rules that govern it nor approves actions.
+	if p.Kind == store.PrincipalAgent {
+		for _, sc := range scopes {
+			if sc.HumanOnly() {
+				return deny(apierr.Forbidden("scope %s is never granted to an agent's key", sc))
+			}
+		}
 	}
 	secret, rec, err := s.auth.IssueKey(r.Context(), pid, q.Name, scopes)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/warden-sandbox/warden/internal/agent/process"
+	"github.com/warden-sandbox/warden/internal/agent/agentcfg"
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
@@ -127,7 +127,7 @@ func logsFailed(r *http.Request, send func(any) error, err error) error {
 func relayLogs(ctx context.Context, agent *agentclient.Client, pid uint32, follow bool, send func(any) error) error {
 	req := connect.NewRequest(&processpb.ConnectRequest{Process: selector(pid), Replay: true})
 	if !follow {
-		req.Header().Set(process.SnapshotHeader, "1")
+		req.Header().Set(agentcfg.SnapshotHeader, "1")
 	}
 	cs, err := agent.Process.Connect(ctx, req)
 	if err != nil {
@@ -144,7 +144,7 @@ func relayLogs(ctx context.Context, agent *agentclient.Client, pid uint32, follo
 		}
 		return err
 	}
-	if n, _ := strconv.ParseInt(cs.ResponseHeader().Get(process.DroppedHeader), 10, 64); n > 0 {
+	if n, _ := strconv.ParseInt(cs.ResponseHeader().Get(agentcfg.DroppedHeader), 10, 64); n > 0 {
 		if err := send(logEvent{PID: pid, Stream: "dropped", Dropped: n, Time: time.Now().UTC()}); err != nil {
 			return err
 		}

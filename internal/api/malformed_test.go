@@ -63,7 +63,7 @@ func TestMalformedRequests(t *testing.T) {
 		{"negative memory", "POST", "/v1/sandboxes", `{"memory_mb":-5}`, agent, nil, 422, "validation_failed", "memory_mb"},
 		{"absurd cpu", "POST", "/v1/sandboxes", `{"cpu_millis":99999999999999999999}`, agent, nil, 400, "bad_request", "cpu_millis"},
 		{"fractional cpu", "POST", "/v1/sandboxes", `{"cpu_millis":1.5}`, agent, nil, 400, "bad_request", "cpu_millis"},
-		{"timeout too long", "POST", "/v1/sandboxes", `{"timeout_seconds":100000}`, agent, nil, 422, "validation_failed", "timeout_seconds"},
+		{"timeout too long", "POST", "/v1/sandboxes", `{"timeout_seconds":100000}`, agent, nil, 422, "validation_failed", "timeout must be between 1 and 86400 seconds"},
 		{"unknown template", "POST", "/v1/sandboxes", `{"template":"no-such-template"}`, agent, nil, 422, "validation_failed", "no-such-template"},
 		{"metadata key with comma", "POST", "/v1/sandboxes", `{"metadata":{"a,b":"x"}}`, agent, nil, 422, "validation_failed", "metadata"},
 		{"env with NUL", "POST", "/v1/sandboxes", `{"env":{"A":"x\u0000y"}}`, agent, nil, 422, "validation_failed", "NUL"},

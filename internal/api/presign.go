@@ -75,10 +75,11 @@ func (s *Server) presign(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireScope(r, scope); err != nil {
 		return err
 	}
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
+	id := sb.ID
 	exp := s.now().Add(time.Duration(lifetime) * time.Second).Truncate(time.Second)
 	v := url.Values{
 		"sandbox": {id}, "path": {*q.Path}, "op": {*q.Op}, "user": {q.User},

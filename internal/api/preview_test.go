@@ -193,6 +193,7 @@ func tokenOf(t *testing.T, u string) string {
 // and reaches them through the daemon's port proxy, by path and by host,
 // with each kind of credential and without.
 func TestPreview(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 3*time.Minute)
 	a := env.a
 	sb, err := a.CreateSandbox(ctx, warden.CreateSandboxRequest{TimeoutSeconds: 600, Metadata: map[string]string{"test": "preview"}})

@@ -50,6 +50,7 @@ func TestExec(t *testing.T) {
 		}
 	})
 	t.Run("env cwd user", func(t *testing.T) {
+		needsRealSandbox(t)
 		out, _, res := run(t, warden.ExecRequest{
 			Command: `echo "$FOO $(pwd) $(id -un)"`, Env: map[string]string{"FOO": "bar baz"}, Cwd: "/tmp", User: "root",
 		}, nil)
@@ -221,6 +222,7 @@ func TestPTY(t *testing.T) {
 
 // TestPTYHangup: a terminal whose client goes away is hung up.
 func TestPTYHangup(t *testing.T) {
+	needsRealSandbox(t)
 	ctx := ctxT(t, 30*time.Second)
 	p, err := env.a.PTY(ctx, env.sbA, warden.PTYOptions{Cmd: "/bin/sh"})
 	if err != nil {

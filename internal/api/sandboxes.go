@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
@@ -30,7 +29,9 @@ func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
 
 // sandboxJSON is the Sandbox schema.
 type sandboxJSON struct {
-	ID        string            `json:"id"`
+	ID string `json:"id"`
+	// Name is the owner's name for the sandbox, "" when it has none.
+	Name      string            `json:"name"`
 	Template  string            `json:"template"`
 	State     string            `json:"state"`
 	Owner     string            `json:"owner"`
@@ -53,18 +54,20 @@ type sandboxJSON struct {
 	// Lifecycle: pause instead of kill at the timeout, resume on a call.
 	AutoPause  bool `json:"auto_pause"`
 	AutoResume bool `json:"auto_resume"`
+	// Sudo: the sandbox's processes may use sudo (CreateSandboxRequest.sudo).
+	Sudo bool `json:"sudo"`
 	// Network is the sandbox's network policy (mode none: loopback only).
 	Network network.Policy `json:"network"`
 }
 
 func toSandbox(sb store.Sandbox) sandboxJSON {
 	out := sandboxJSON{
-		ID: sb.ID, Template: sb.Template, State: sb.State, Owner: sb.Owner, Backend: sb.Backend,
+		ID: sb.ID, Name: sb.Name, Template: sb.Template, State: sb.State, Owner: sb.Owner, Backend: sb.Backend,
 		CPUMillis: sb.CPUMillis, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB,
 		Metadata: sb.Metadata, EnvKeys: slices.Sorted(maps.Keys(sb.Env)),
 		User: sb.User, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.UTC(), StartedAt: sb.StartedAt.UTC(),
-		AutoPause: sb.Lifecycle.AutoPause, AutoResume: sb.Lifecycle.AutoResume,
+		AutoPause: sb.Lifecycle.AutoPause, AutoResume: sb.Lifecycle.AutoResume, Sudo: !sb.Lifecycle.NoSudo,
 		Network: networkPolicy(sb),
 	}
 	if sb.State == "paused" {
@@ -106,74 +109,28 @@ type createSandboxRequest struct {
 	Workdir        *string           `json:"workdir"`
 	AutoPause      *bool             `json:"auto_pause"`
 	AutoResume     *bool             `json:"auto_resume"`
+	Sudo           *bool             `json:"sudo"`
 	Network        *network.Policy   `json:"network"`
 	Isolation      *string           `json:"isolation"`
+	Name           string            `json:"name"`
 }
 
-func (q *createSandboxRequest) validate() error {
-	if q.Template != nil && (*q.Template == "" || len(*q.Template) > 128) {
-		return apierr.Validation("template: must be 1 to 128 characters")
+// wire returns an optional number of a request for the manager, which
+// reads 0 as "the default": an explicit 0 on the wire is out of range
+// (the default is asked for by leaving the field out), so it goes to the
+// manager as -1, which the manager refuses with its own bounds. Every
+// bound is checked there, once for every door.
+func wire[T int | int64](p *T) T {
+	if p != nil && *p == 0 {
+		return -1
 	}
-	if q.Isolation != nil && *q.Isolation != "native" && *q.Isolation != "gvisor" {
-		return apierr.Validation("isolation: must be native or gvisor")
-	}
-	if q.CPUMillis != nil && (*q.CPUMillis < 100 || *q.CPUMillis > 1024*1000) {
-		return apierr.Validation("cpu_millis: must be between 100 and 1024000")
-	}
-	if q.MemoryMB != nil && (*q.MemoryMB < 16 || *q.MemoryMB > 1<<20) {
-		return apierr.Validation("memory_mb: must be between 16 and 1048576")
-	}
-	if q.DiskMB != nil && (*q.DiskMB < 16 || *q.DiskMB > 1<<20) {
-		return apierr.Validation("disk_mb: must be between 16 and 1048576")
-	}
-	if q.TimeoutSeconds != nil && (*q.TimeoutSeconds < 1 || *q.TimeoutSeconds > 86400) {
-		return apierr.Validation("timeout_seconds: must be between 1 and 86400")
-	}
-	if len(q.Env) > 256 {
-		return apierr.Validation("env: at most 256 variables")
-	}
-	for k, v := range q.Env {
-		if err := checkEnv(k, v); err != nil {
-			return err
-		}
-	}
-	if len(q.Metadata) > 64 {
-		return apierr.Validation("metadata: at most 64 keys")
-	}
-	for k, v := range q.Metadata {
-		switch {
-		case k == "" || len(k) > 128:
-			return apierr.Validation("metadata: keys must be 1 to 128 bytes")
-		case strings.ContainsAny(k, ",:"):
-			return apierr.Validation("metadata: key %q: must not contain ',' or ':' (they separate list filters)", truncate(k, 64))
-		case len(v) > 1024:
-			return apierr.Validation("metadata: value of %q: at most 1024 bytes", truncate(k, 64))
-		case strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0):
-			return apierr.Validation("metadata: keys and values must not contain NUL")
-		}
-	}
-	if q.User != nil {
-		if err := checkUser("user", *q.User); err != nil {
-			return err
-		}
-	}
-	if q.Workdir != nil && *q.Workdir != "" {
-		if err := checkPath("workdir", *q.Workdir); err != nil {
-			return apierr.Validation("%s", apierr.From(err).Message)
-		}
-	}
-	return nil
+	return deref(p)
 }
 
-// checkEnv validates one environment variable of a request.
+// checkEnv validates one environment variable of an exec request by the
+// manager's rules for a sandbox's environment.
 func checkEnv(k, v string) error {
-	if k == "" || len(k) > 256 || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k) {
-		return apierr.Validation("env: %q is not a valid variable name", truncate(k, 64))
-	}
-	if strings.ContainsRune(v, 0) || len(v) > 128<<10 {
-		return apierr.Validation("env: value of %s: must not contain NUL and be at most 128 KiB", truncate(k, 64))
-	}
-	return nil
+	return sandbox.CheckEnv(map[string]string{k: v})
 }
 
 func deref[T any](p *T) T {
@@ -189,31 +146,33 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &q, false); err != nil {
 		return err
 	}
-	if err := q.validate(); err != nil {
-		return err
-	}
 	st := stateOf(r)
 	tmpl := deref(q.Template)
 	st.detail["template"] = tmpl
 	if len(q.Env) > 0 {
 		st.detail["env_keys"] = slices.Sorted(maps.Keys(q.Env))
 	}
+	if q.Name != "" {
+		st.detail["name"] = q.Name
+	}
 	start := time.Now()
 	sb, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
 		Owner:      st.principal,
 		Template:   tmpl,
-		CPUMillis:  deref(q.CPUMillis),
-		MemoryMB:   deref(q.MemoryMB),
-		DiskMB:     deref(q.DiskMB),
+		CPUMillis:  wire(q.CPUMillis),
+		MemoryMB:   wire(q.MemoryMB),
+		DiskMB:     wire(q.DiskMB),
 		Env:        q.Env,
 		Metadata:   q.Metadata,
-		Timeout:    time.Duration(deref(q.TimeoutSeconds)) * time.Second,
+		Timeout:    time.Duration(wire(q.TimeoutSeconds)) * time.Second,
 		User:       deref(q.User),
 		Workdir:    deref(q.Workdir),
 		AutoPause:  deref(q.AutoPause),
 		AutoResume: deref(q.AutoResume),
+		NoSudo:     q.Sudo != nil && !*q.Sudo,
 		Network:    q.Network,
 		Isolation:  deref(q.Isolation),
+		Name:       q.Name,
 	})
 	oc := "success"
 	if err != nil {
@@ -222,7 +181,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	s.metrics.created.WithLabelValues(oc).Inc()
 	s.metrics.create.WithLabelValues(oc).Observe(time.Since(start).Seconds())
 	if err != nil {
-		return err
+		return nameErr(err)
 	}
 	st.target = sb.ID
 	st.detail["template"] = sb.Template
@@ -305,11 +264,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
-	if err := s.mgr.Kill(r.Context(), id, "killed"); err != nil {
+	if err := s.mgr.Kill(r.Context(), sb.ID, "killed"); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -326,15 +285,12 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	if q.TimeoutSeconds == nil {
 		return apierr.BadRequest("request body: timeout_seconds is required")
 	}
-	if *q.TimeoutSeconds < 1 || *q.TimeoutSeconds > 86400 {
-		return apierr.Validation("timeout_seconds: must be between 1 and 86400")
-	}
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
 	stateOf(r).detail["timeout_seconds"] = *q.TimeoutSeconds
-	sb, err := s.mgr.SetTimeout(r.Context(), id, time.Duration(*q.TimeoutSeconds)*time.Second)
+	sb, err = s.mgr.SetTimeout(r.Context(), sb.ID, time.Duration(*q.TimeoutSeconds)*time.Second)
 	if err != nil {
 		return err
 	}
@@ -342,11 +298,11 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
-	sb, err := s.mgr.Pause(r.Context(), id)
+	sb, err = s.mgr.Pause(r.Context(), sb.ID)
 	if err != nil {
 		return err
 	}
@@ -358,6 +314,7 @@ type forkRequest struct {
 	Count          *int              `json:"count"`
 	TimeoutSeconds *int64            `json:"timeout_seconds"`
 	Metadata       map[string]string `json:"metadata"`
+	Name           string            `json:"name"`
 }
 
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -369,25 +326,19 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if q.Count != nil {
 		n = *q.Count
 	}
-	if n < 1 || n > sandbox.MaxFork {
-		return apierr.Validation("count: must be between 1 and %d", sandbox.MaxFork)
-	}
-	if q.TimeoutSeconds != nil && (*q.TimeoutSeconds < 1 || *q.TimeoutSeconds > 86400) {
-		return apierr.Validation("timeout_seconds: must be between 1 and 86400")
-	}
-	if err := (&createSandboxRequest{Metadata: q.Metadata}).validate(); err != nil {
-		return err
-	}
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	src, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
 	st := stateOf(r)
 	st.detail["count"] = n
-	forks, err := s.mgr.Fork(r.Context(), id, sandbox.ForkRequest{Owner: st.principal, N: n,
-		Timeout: time.Duration(deref(q.TimeoutSeconds)) * time.Second, Metadata: q.Metadata})
+	if q.Name != "" {
+		st.detail["name"] = q.Name
+	}
+	forks, err := s.mgr.Fork(r.Context(), src.ID, sandbox.ForkRequest{Owner: st.principal, N: n,
+		Timeout: time.Duration(wire(q.TimeoutSeconds)) * time.Second, Metadata: q.Metadata, Name: q.Name})
 	if err != nil {
-		return err
+		return nameErr(err)
 	}
 	out := make([]sandboxJSON, 0, len(forks))
 	ids := make([]string, 0, len(forks))
@@ -400,11 +351,11 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
-	sb, err := s.mgr.Resume(r.Context(), id)
+	sb, err = s.mgr.Resume(r.Context(), sb.ID)
 	if err != nil {
 		return err
 	}
@@ -412,11 +363,11 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if _, err := s.sandboxFor(r, id); err != nil {
+	sb, err := s.sandboxFor(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
-	u, err := s.mgr.Usage(r.Context(), id)
+	u, err := s.mgr.Usage(r.Context(), sb.ID)
 	if err != nil {
 		return err
 	}

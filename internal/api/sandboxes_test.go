@@ -67,7 +67,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.State != warden.StateRunning || sb.Owner != env.aID || sb.Backend != "native" || sb.Template != "base" || sb.Metadata["role"] != "shared" {
+	if sb.State != warden.StateRunning || sb.Owner != env.aID || sb.Backend != testBackendID() || sb.Template != "base" || sb.Metadata["role"] != "shared" {
 		t.Fatalf("shared sandbox = %+v", sb)
 	}
 

@@ -165,6 +165,7 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		owner = sb.Owner
+		q.Sandbox = sb.ID // it may have been a name
 	case q.Principal != "":
 		p, err := s.cfg.Store.GetPrincipal(r.Context(), q.Principal)
 		if err != nil || (p.ID != st.principal && p.CreatedBy != st.principal && !st.ident.Has(auth.ScopeAdmin)) {

@@ -42,6 +42,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -56,8 +57,8 @@ const (
 	OutcomeError   = "error"
 )
 
-// ErrClosed is returned by Append after Close.
-var ErrClosed = errors.New("audit log closed")
+// ErrClosed is returned by Append after Close, when the daemon shuts down.
+var ErrClosed = errkind.New(errkind.Unavailable, "audit log closed: the daemon is shutting down")
 
 // Config configures a Logger.
 type Config struct {

@@ -21,13 +21,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
-// Errors of Authenticate. All of them wrap ErrUnauthenticated (HTTP 401);
-// the message given to the caller should not say which one it was.
+// Errors of Authenticate. All of them wrap ErrUnauthenticated (HTTP 401),
+// of kind Unauthenticated (internal/errkind); the message given to the
+// caller does not say which one it was.
 var (
-	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrUnauthenticated = errkind.New(errkind.Unauthenticated, "unauthenticated")
 	ErrNoCredentials   = fmt.Errorf("%w: no api key", ErrUnauthenticated)
 	ErrMalformed       = fmt.Errorf("%w: malformed api key", ErrUnauthenticated)
 	// ErrInvalidKey: no key with that ID, or the secret does not match.
@@ -37,6 +39,10 @@ var (
 	ErrRevoked = fmt.Errorf("%w: api key revoked", ErrUnauthenticated)
 )
 
+// ErrHumanOnlyScope refuses a key for an agent principal that would carry
+// a human-only scope (Scope.HumanOnly).
+var ErrHumanOnlyScope = errkind.New(errkind.Forbidden, "policies:write and approvals:decide are never granted to an agent's key")
+
 // Identity is an authenticated caller: the principal and the key it used.
 type Identity struct {
 	Principal store.Principal
@@ -45,8 +51,12 @@ type Identity struct {
 }
 
 // Has reports whether the identity holds scope s. ScopeAdmin implies
-// every scope.
+// every scope, except that an agent principal never holds a human-only
+// scope (Scope.HumanOnly), whatever its key says.
 func (id Identity) Has(s Scope) bool {
+	if s.HumanOnly() && id.Principal.Kind == store.PrincipalAgent {
+		return false
+	}
 	return slices.Contains(id.Scopes, s) || slices.Contains(id.Scopes, ScopeAdmin)
 }
 
@@ -181,6 +191,15 @@ func (a *Authenticator) IssueKey(ctx context.Context, principalID, name string, 
 	for _, s := range scopes {
 		if !s.Valid() {
 			return "", store.APIKey{}, fmt.Errorf("issue api key: unknown scope %q", s)
+		}
+	}
+	if slices.ContainsFunc(scopes, Scope.HumanOnly) {
+		p, err := a.st.GetPrincipal(ctx, principalID)
+		if err != nil {
+			return "", store.APIKey{}, fmt.Errorf("issue api key: %w", err)
+		}
+		if p.Kind == store.PrincipalAgent {
+			return "", store.APIKey{}, fmt.Errorf("issue api key: %w", ErrHumanOnlyScope)
 		}
 	}
 	// An 8-character ID leaves room for rare collisions: retry.

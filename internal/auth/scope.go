@@ -30,12 +30,26 @@ const (
 	ScopeSecretsWrite Scope = "secrets:write"
 	// ScopeMetricsRead reads GET /metrics (daemon-wide figures).
 	ScopeMetricsRead Scope = "metrics:read"
-	ScopeAdmin       Scope = "admin"
+	// Governance (docs/governance.md): reading policies and dry runs,
+	// writing them, and deciding approvals. ScopePoliciesWrite and
+	// ScopeApprovalsDecide are human-only: never on an agent's key, and an
+	// agent does not hold them even through ScopeAdmin.
+	ScopePoliciesRead    Scope = "policies:read"
+	ScopePoliciesWrite   Scope = "policies:write"
+	ScopeApprovalsDecide Scope = "approvals:decide"
+	ScopeAdmin           Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
-	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead, ScopeAdmin,
+	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead,
+	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeAdmin,
+}
+
+// HumanOnly reports whether s may never be held by an agent principal:
+// an agent must not write the rules that govern it nor approve actions.
+func (s Scope) HumanOnly() bool {
+	return s == ScopePoliciesWrite || s == ScopeApprovalsDecide
 }
 
 // AllScopes returns every defined scope, in documentation order.

@@ -24,8 +24,10 @@
 // re-attaches (the sandbox keeps running and DialAgent works again) or returns
 // ErrLost after freeing whatever the sandbox still held.
 //
-// Optional abilities (Pauser, Snapshotter) are separate interfaces found by type
-// assertion; Capabilities reports them as data so callers can refuse early.
+// Optional abilities (Pauser, Snapshotter, Eventer, PIDer, NetNSer) are
+// separate interfaces, called through a type assertion; Capabilities declares
+// them as data, and callers decide from it (CheckCapabilities keeps the two in
+// agreement).
 package backend
 
 import (
@@ -34,19 +36,21 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
-	"sync"
+	"os"
 	"time"
+
+	"github.com/warden-sandbox/warden/internal/errkind"
 )
 
-// Lifecycle sentinels. Backends wrap them with %w; the API maps them to HTTP
-// status codes in one place.
+// Lifecycle sentinels. Backends wrap them with %w; they carry their kind
+// (internal/errkind), which each API maps to its status codes in one table.
+// ErrInvalidSpec is the daemon's mistake, not the caller's: it has none.
 var (
-	ErrNotFound     = errors.New("sandbox not found")
-	ErrNotRunning   = errors.New("sandbox is not running")
-	ErrAlreadyStart = errors.New("sandbox already started")
-	ErrLost         = errors.New("sandbox lost")
-	ErrUnsupported  = errors.New("not supported by this backend")
+	ErrNotFound     = errkind.New(errkind.NotFound, "sandbox not found")
+	ErrNotRunning   = errkind.New(errkind.Conflict, "sandbox is not running")
+	ErrAlreadyStart = errkind.New(errkind.Conflict, "sandbox already started")
+	ErrLost         = errkind.New(errkind.Conflict, "sandbox lost")
+	ErrUnsupported  = errkind.New(errkind.Unsupported, "not supported by this backend")
 	ErrInvalidSpec  = errors.New("invalid sandbox spec")
 )
 
@@ -131,13 +135,17 @@ type Spec struct {
 	// managers can chown and switch users, as in a rootless image build.
 	RootCaps []string `json:"root_caps,omitempty"`
 	// Network asks a backend whose kernel reads its network devices at
-	// boot (gvisor; see NetNSer in internal/sandbox) for a network
+	// boot (Capabilities.Network NetworkBeforeStart; NetNSer) for a network
 	// namespace of the sandbox's own that the daemon sets up between
 	// Create and Start. Backends that take a network after start ignore it.
 	Network bool `json:"network,omitempty"`
 	// ResolvConf, if set, is written to the sandbox's /etc/resolv.conf at
 	// boot by backends that honour Network.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Sudo lets the sandbox's processes run commands as root through its
+	// agent (the agent's Config.Sudo; internal/agent/sudo). Template
+	// builds leave it off.
+	Sudo bool `json:"sudo,omitempty"`
 }
 
 // Validate checks the parts of a spec every backend relies on.
@@ -196,34 +204,93 @@ const (
 
 // ExitStatus says how a sandbox ended.
 type ExitStatus struct {
-	Code     int       `json:"code"`
-	Signal   int       `json:"signal,omitempty"`
-	OOMKill  bool      `json:"oom_kill,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	ExitedAt time.Time `json:"exited_at"`
+	Code   int    `json:"code"`
+	Signal int    `json:"signal,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Usage is a resource reading. Fields a backend cannot observe are -1.
 type Usage struct {
-	CPUNanos      int64 `json:"cpu_nanos"`
-	MemoryBytes   int64 `json:"memory_bytes"`
-	MemoryPeak    int64 `json:"memory_peak"`
-	Pids          int64 `json:"pids"`
-	DiskBytes     int64 `json:"disk_bytes"`
-	OOMEvents     int64 `json:"oom_events"`
-	PidsLimitHits int64 `json:"pids_limit_hits"`
+	CPUNanos    int64 `json:"cpu_nanos"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	MemoryPeak  int64 `json:"memory_peak"`
+	Pids        int64 `json:"pids"`
+	DiskBytes   int64 `json:"disk_bytes"`
+	OOMEvents   int64 `json:"oom_events"`
 }
 
-// Capabilities describes a backend as data.
+// Capabilities describes a backend as data: callers decide from it what a
+// backend can do and refuse early; the optional interfaces (Pauser,
+// Snapshotter, Eventer, PIDer, NetNSer) are how they then call it.
+// CheckCapabilities checks the two agree.
 type Capabilities struct {
-	Isolation      string `json:"isolation"` // "namespaces", "gvisor", "kvm"
-	Pause          bool   `json:"pause"`
-	MemorySnapshot bool   `json:"memory_snapshot"` // Pause writes memory to disk and releases it
-	Fork           bool   `json:"fork"`            // Snapshotter: new sandboxes from a running one's memory
-	GPU            bool   `json:"gpu"`
-	NeedsRoot      bool   `json:"needs_root"`
-	NeedsKVM       bool   `json:"needs_kvm"`
-	CaptureUpper   bool   `json:"capture_upper"` // honours Spec.Uppers (template builds)
+	Isolation      string         `json:"isolation"`       // "namespaces", "gvisor", "kvm"
+	Pause          bool           `json:"pause"`           // Pauser
+	MemorySnapshot bool           `json:"memory_snapshot"` // Pause writes memory to disk and releases it
+	Fork           bool           `json:"fork"`            // Snapshotter: new sandboxes from a running one's memory
+	Events         bool           `json:"events"`          // Eventer: resource events such as OOM kills
+	Network        NetworkSupport `json:"network"`         // how a sandbox gets a network; "" is NetworkNone
+	NeedsRoot      bool           `json:"needs_root"`
+	CaptureUpper   bool           `json:"capture_upper"` // honours Spec.Uppers (template builds)
+}
+
+// NetworkSupport says how a backend's sandboxes get a network.
+type NetworkSupport string
+
+// Ways of taking a network.
+const (
+	// NetworkNone: loopback only.
+	NetworkNone NetworkSupport = "none"
+	// NetworkAfterStart: the daemon puts the link into the network
+	// namespace of the running sandbox's host process (PIDer).
+	NetworkAfterStart NetworkSupport = "after_start"
+	// NetworkBeforeStart: the sandbox's kernel reads its network devices
+	// when it boots; a spec with Network gets a namespace of its own, which
+	// the daemon sets up between Create and Start (NetNSer).
+	NetworkBeforeStart NetworkSupport = "before_start"
+)
+
+// Networked reports whether sandboxes of the backend can have a network.
+func (c Capabilities) Networked() bool {
+	return c.Network == NetworkAfterStart || c.Network == NetworkBeforeStart
+}
+
+// CheckCapabilities reports where b's Capabilities disagree with the
+// optional interfaces it implements (nil when they agree).
+func CheckCapabilities(b Backend) error {
+	c := b.Capabilities()
+	var errs []error
+	agree := func(field string, declared bool, iface string, implemented bool) {
+		if declared != implemented {
+			errs = append(errs, fmt.Errorf("backend %s: Capabilities.%s is %v but it %s %s",
+				b.ID(), field, declared, map[bool]string{true: "implements", false: "does not implement"}[implemented], iface))
+		}
+	}
+	_, pauser := b.(Pauser)
+	_, snapshotter := b.(Snapshotter)
+	_, eventer := b.(Eventer)
+	_, pider := b.(PIDer)
+	_, netnser := b.(NetNSer)
+	agree("Pause", c.Pause, "Pauser", pauser)
+	agree("Fork", c.Fork, "Snapshotter", snapshotter)
+	agree("Events", c.Events, "Eventer", eventer)
+	switch c.Network {
+	case "", NetworkNone:
+		agree("Network (none)", false, "PIDer", pider)
+		agree("Network (none)", false, "NetNSer", netnser)
+	case NetworkAfterStart:
+		agree("Network (after_start)", true, "PIDer", pider)
+		agree("Network (after_start)", false, "NetNSer", netnser)
+	case NetworkBeforeStart:
+		agree("Network (before_start)", true, "NetNSer", netnser)
+		agree("Network (before_start)", false, "PIDer", pider)
+	default:
+		errs = append(errs, fmt.Errorf("backend %s: Capabilities.Network %q is not a known way", b.ID(), c.Network))
+	}
+	if c.MemorySnapshot && !c.Pause {
+		errs = append(errs, fmt.Errorf("backend %s: Capabilities.MemorySnapshot without Pause", b.ID()))
+	}
+	return errors.Join(errs...)
 }
 
 // Backend boots and stops sandboxes. Exec and files never go through it: they
@@ -294,46 +361,19 @@ type Eventer interface {
 	Events(ctx context.Context, h Handle) (<-chan Event, error)
 }
 
-// Registration is how a backend makes itself known.
-type Registration struct {
-	ID string
-	// New builds the backend from its config section (may be nil).
-	New func(config json.RawMessage) (Backend, error)
-	// Preflight reports why the host cannot run this backend, or nil.
-	Preflight func() error
+// PIDer is implemented by backends whose sandboxes have a host process in
+// the sandbox's network namespace (native: the agent, PID 1 inside), which
+// the network manager attaches the sandbox's link to
+// (Capabilities.Network NetworkAfterStart).
+type PIDer interface {
+	PID(ctx context.Context, h Handle) (int, error)
 }
 
-var (
-	regMu sync.Mutex
-	reg   = map[string]Registration{}
-)
-
-// Register adds a backend; it panics on a duplicate ID (call it from init).
-func Register(r Registration) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	if _, dup := reg[r.ID]; dup {
-		panic("backend: duplicate registration of " + r.ID)
-	}
-	reg[r.ID] = r
-}
-
-// Lookup returns the registration for id.
-func Lookup(id string) (Registration, bool) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	r, ok := reg[id]
-	return r, ok
-}
-
-// IDs lists registered backends in order.
-func IDs() []string {
-	regMu.Lock()
-	defer regMu.Unlock()
-	ids := make([]string, 0, len(reg))
-	for id := range reg {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+// NetNSer is implemented by backends whose sandbox kernel reads its network
+// devices when it boots (gvisor; Capabilities.Network NetworkBeforeStart): a
+// sandbox created with Spec.Network has a network namespace of its own,
+// which the network manager sets up between Create and Start. NetNS returns
+// it (an fd the caller owns), or an error for a sandbox created without one.
+type NetNSer interface {
+	NetNS(ctx context.Context, h Handle) (*os.File, error)
 }

@@ -41,7 +41,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -55,6 +54,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/image"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/safefile"
@@ -69,8 +69,20 @@ var buildCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSE
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE"}
 
 // ErrBuild marks errors in the Dockerfile or its steps (the caller's
-// fault), as opposed to failures of the builder itself.
-var ErrBuild = errors.New("build failed")
+// fault), as opposed to failures of the builder itself. It is of kind
+// Invalid (internal/errkind), and the detail written after it is shown to
+// callers.
+var ErrBuild = errkind.Sentinel(errkind.Invalid, "build failed", errkind.WithDetail)
+
+// imageKind gives buildErr, a FROM that failed on imgErr, the kind of a
+// refused registry (Forbidden) or of an import over a limit (TooLarge), so
+// the API answers them 403 and 413; its message stays the build's.
+func imageKind(buildErr, imgErr error) error {
+	if k, _ := errkind.Of(imgErr); k == errkind.Forbidden || k == errkind.TooLarge {
+		return errkind.Mark(buildErr, k, "")
+	}
+	return buildErr
+}
 
 // Builder builds templates.
 type Builder struct {
@@ -544,7 +556,7 @@ func (b *Builder) from(ctx context.Context, req Request, st *state, ref string, 
 	emit(Event{Type: "log", Stream: "stdout", Text: "pulling " + ref})
 	img, err := b.Images.FromRegistry(ctx, ref, req.Registry)
 	if err != nil {
-		return fmt.Errorf("%w: Dockerfile:%d: FROM %s: not a template here, and pulling it failed: %w", ErrBuild, line, ref, err)
+		return imageKind(fmt.Errorf("%w: Dockerfile:%d: FROM %s: not a template here, and pulling it failed: %w", ErrBuild, line, ref, err), err)
 	}
 	r, err := b.Images.Import(ctx, img, b.Store, func(p image.Progress) {
 		if p.Phase == "done" || p.Cached {
@@ -552,8 +564,7 @@ func (b *Builder) from(ctx context.Context, req Request, st *state, ref string, 
 		}
 	})
 	if err != nil {
-		// %w: the API answers a refused registry 403 and an import limit 413.
-		return fmt.Errorf("%w: Dockerfile:%d: FROM %s: %w", ErrBuild, line, ref, err)
+		return imageKind(fmt.Errorf("%w: Dockerfile:%d: FROM %s: %w", ErrBuild, line, ref, err), err)
 	}
 	m := template.FromImage(r, "", false)
 	st.layers = m.Layers

@@ -16,6 +16,8 @@ var allowedDeps = []string{
 	"github.com/coder/websocket",
 	"golang.org/x/term",
 	"golang.org/x/sys/",
+	// Policy files (warden policy create|edit|test -f FILE.yaml).
+	"go.yaml.in/yaml/v3",
 	// The progress bars of template builds and imports (issue 5 asks for a maintained
 	// progress library) and their two small dependencies.
 	"github.com/schollz/progressbar/v3",

@@ -23,6 +23,8 @@
 //	warden fs ls|cat|stat|mkdir|mv|rm|watch ID PATH ...
 //	warden keys create|ls|revoke
 //	warden principals create|ls
+//	warden policy create|ls|show|edit|rm|test
+//	warden approvals ls|approve|reject
 //	warden whoami
 //	warden audit ls|verify
 //	warden version

@@ -137,6 +137,9 @@ func runExec(ctx context.Context, r *runner, o *execOptions, id string, argv []s
 	if err != nil {
 		return err
 	}
+	if id, err = sandboxID(ctx, cl, id); err != nil {
+		return err
+	}
 	req := warden.ExecRequest{
 		Cmd:            argv,
 		Env:            o.env.m,
@@ -241,6 +244,9 @@ func runPTY(ctx context.Context, r *runner, c *command, o *execOptions, id strin
 	}
 	cl, err := r.client()
 	if err != nil {
+		return err
+	}
+	if id, err = sandboxID(ctx, cl, id); err != nil {
 		return err
 	}
 	t := r.env.Terminal

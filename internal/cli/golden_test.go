@@ -73,7 +73,7 @@ var (
 func fixtureSandboxes() []warden.Sandbox {
 	return []warden.Sandbox{
 		{
-			ID: "sb-01hzx3k9q2", Template: "base", State: warden.StateRunning, Owner: "pr-01hzx3k9q2",
+			ID: "sb-01hzx3k9q2", Name: "web", Template: "base", State: warden.StateRunning, Owner: "pr-01hzx3k9q2",
 			Backend: "native", CPUMillis: 1000, MemoryMB: 512, DiskMB: 1024,
 			Metadata: map[string]string{"job": "42", "team": "infra"}, EnvKeys: []string{"K"},
 			User: "user", Workdir: "/home/user",

@@ -19,7 +19,8 @@ func keysCreateCmd() *command {
 			"shown only this once (the key and its record with --json). Scopes: sandboxes:create,\n" +
 			"sandboxes:read, sandboxes:exec, sandboxes:delete, sandboxes:all, files:read,\n" +
 			"files:write, keys:manage, audit:read, templates:read, templates:write,\n" +
-			"secrets:read, secrets:write, admin.",
+			"secrets:read, secrets:write, metrics:read, policies:read, policies:write,\n" +
+			"approvals:decide, admin (an agent's key never gets policies:write or approvals:decide).",
 		examples: []string{
 			"warden keys create --principal ci-bot --name ci --scope sandboxes:create --scope files:read",
 			"warden keys create --name reader --scope sandboxes:read,files:read",

@@ -163,7 +163,7 @@ func newRoot() *command {
 		name: "warden",
 		long: "warden is the command-line client of the Warden sandbox daemon (wardend): it creates\n" +
 			"sandboxes, runs commands in them, copies files in and out, and manages API keys,\n" +
-			"principals and the audit log.",
+			"principals, policies, approvals and the audit log.",
 		subs: []*command{
 			sandboxCmd(),
 			templateCmd(),
@@ -177,6 +177,8 @@ func newRoot() *command {
 			fsCmd(),
 			keysCmd(),
 			principalsCmd(),
+			policyCmd(),
+			approvalsCmd(),
 			whoamiCmd(),
 			auditCmd(),
 			versionCmd(),

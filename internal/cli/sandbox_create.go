@@ -29,11 +29,14 @@ func sandboxCreateCmd() *command {
 			"id=$(warden sandbox create --cpu 2 --memory 1g --disk 10G --timeout 1h --meta job=42)",
 			"warden sandbox create --net allowlist --allow pypi.org,files.pythonhosted.org,*.github.com",
 			"warden sandbox create --isolation gvisor --auto-pause",
+			"warden sandbox create --name web && warden exec web -- uname -a",
 		},
 		json: true,
 	}
 	c.flags = func(fs *flagSet) {
 		env.allowBare = true
+		fs.String(&req.Name, "name", "NAME", "name the sandbox, usable instead of its ID while it is live:\n"+
+			"lowercase letters, digits and '-', not starting with sb-;\nunique among your live sandboxes")
 		fs.String(&req.Template, "template", "T", "template to start from (default: the daemon's, base)")
 		fs.String(&req.Isolation, "isolation", "BACKEND", "isolation backend: native or gvisor (default: the daemon's)")
 		fs.Var(&cpu, "cpu", "CPUS", "CPU limit in CPUs, such as 2 or 0.5 (or millicores: 500m)")
@@ -71,7 +74,7 @@ func sandboxCreateCmd() *command {
 		}
 		sb, err := cl.CreateSandbox(ctx, req)
 		if err != nil {
-			return flagWords(err)
+			return nameFlagWords(flagWords(err), "--name")
 		}
 		if r.g.json {
 			return printJSON(r.env.Stdout, sb)

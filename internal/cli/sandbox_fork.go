@@ -23,6 +23,7 @@ func sandboxForkCmd() *command {
 		examples: []string{
 			"warden sandbox fork sb-01hzx3k9q2",
 			"warden sandbox fork -n 4 --meta try=b sb-01hzx3k9q2",
+			"warden sandbox fork --name web-b web",
 		},
 		json: true,
 	}
@@ -30,6 +31,7 @@ func sandboxForkCmd() *command {
 		fs.Int(&req.Count, "n", "N", "how many sandboxes to make, 1 to 16 (default 1)")
 		fs.Var(&timeout, "timeout", "DURATION", "kill each fork after this long (default: the source's timeout)")
 		fs.Var(&meta, "meta", "K=V", "metadata pair added to the source's; repeatable")
+		fs.String(&req.Name, "name", "NAME", "name the fork (with -n 1 only; forks get no name otherwise)")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 1 {
@@ -42,7 +44,7 @@ func sandboxForkCmd() *command {
 		}
 		forks, err := cl.ForkSandbox(ctx, args[0], req)
 		if err != nil {
-			return err
+			return nameFlagWords(err, "--name")
 		}
 		if r.g.json {
 			return printJSON(r.env.Stdout, forks)

@@ -42,6 +42,7 @@ func sandboxInspectCmd() *command {
 func writeSandbox(w io.Writer, sb warden.Sandbox, now time.Time) error {
 	f := newFields(w)
 	f.add("ID", sb.ID)
+	f.add("Name", orDash(sb.Name))
 	f.add("Template", orDash(sb.Template))
 	f.add("State", string(sb.State))
 	f.add("Backend", orDash(sb.Backend))

@@ -100,13 +100,13 @@ var liveStates = []warden.SandboxState{"starting", "running", "paused"}
 
 // writeSandboxTable writes sandboxes as a table with ages relative to now.
 func writeSandboxTable(w io.Writer, list []warden.Sandbox, now time.Time) error {
-	t := newTable(w, "ID", "TEMPLATE", "STATE", "AGE", "EXPIRES", "METADATA")
+	t := newTable(w, "ID", "NAME", "TEMPLATE", "STATE", "AGE", "EXPIRES", "METADATA")
 	for _, sb := range list {
 		expires := "-"
 		if !sb.State.Terminal() {
 			expires = expiry(sb, now, false)
 		}
-		t.row(sb.ID, orDash(sb.Template), string(sb.State), age(sb.CreatedAt, now), expires, truncate(kvList(sb.Metadata), 48))
+		t.row(sb.ID, orDash(sb.Name), orDash(sb.Template), string(sb.State), age(sb.CreatedAt, now), expires, truncate(kvList(sb.Metadata), 48))
 	}
 	return t.flush()
 }

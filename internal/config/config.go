@@ -70,14 +70,21 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	// RunDir holds per-sandbox runtime state.
 	RunDir string `yaml:"run_dir"`
-	// Backend is the default isolation backend of new sandboxes: native or
-	// gvisor (a create may ask for the other with "isolation").
+	// Backend is the default isolation backend of new sandboxes: one this
+	// build registers, native or gvisor (a create may ask for another with
+	// "isolation").
 	Backend string `yaml:"backend"`
-	// GVisor configures the gvisor backend.
+	// Backends holds each backend's own section (backends.<id>), which the
+	// backend decodes itself (see backends.go and BackendDecoder).
+	Backends map[string]yaml.Node `yaml:"backends"`
+	// GVisor is the older form of backends.gvisor (disabled, directfs);
+	// it still loads.
 	GVisor GVisorConfig `yaml:"gvisor"`
 	// AgentPath is the warden-agent binary (default: next to wardend).
 	AgentPath string `yaml:"agent_path"`
-	// Landlock: require, best-effort or off.
+	// Landlock: require, best-effort or off; the older form of
+	// backends.native.landlock, which it overrides when set (native's
+	// default is best-effort).
 	Landlock string `yaml:"landlock"`
 	// DefaultTimeout and MaxTimeout bound sandbox lifetimes.
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
@@ -105,6 +112,8 @@ type Config struct {
 	Limits LimitsConfig `yaml:"limits"`
 	// Metrics configures GET /metrics.
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Governance configures policies and approvals (governance.go).
+	Governance GovernanceConfig `yaml:"governance"`
 }
 
 // LimitsConfig bounds what clients may hold open on the TCP listeners (the
@@ -159,7 +168,6 @@ func Default() Config {
 		StateDir:        "/var/lib/warden",
 		RunDir:          "/run/warden",
 		Backend:         "native",
-		Landlock:        "best-effort",
 		DefaultTimeout:  5 * time.Minute,
 		MaxTimeout:      24 * time.Hour,
 		PoolSize:        2,
@@ -361,14 +369,11 @@ func (c *Config) Validate() error {
 	if c.StateDir == "" || c.RunDir == "" {
 		return errors.New("config: state_dir and run_dir must be set")
 	}
-	if c.Backend != "native" && c.Backend != "gvisor" {
-		return fmt.Errorf("config: backend must be native or gvisor, not %q", c.Backend)
-	}
-	if c.Backend == "gvisor" && c.GVisor.Disabled {
-		return errors.New("config: backend gvisor is the default but gvisor.disabled is set")
+	if err := c.validateBackends(); err != nil {
+		return err
 	}
 	switch c.Landlock {
-	case "require", "best-effort", "off":
+	case "", "require", "best-effort", "off":
 	default:
 		return fmt.Errorf("config: landlock must be require, best-effort or off, not %q", c.Landlock)
 	}
@@ -391,6 +396,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1000 {
 		return errors.New("config: pool_size must be between 0 and 1000")
+	}
+	if err := c.validateGovernance(); err != nil {
+		return err
 	}
 	if err := c.validateImages(); err != nil {
 		return err

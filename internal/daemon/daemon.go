@@ -1,13 +1,12 @@
 // Package daemon builds wardend's subsystems from its configuration, runs
 // them, and shuts them down: the store, identities and the first admin key,
-// the audit log, the backend and its preflight, the sandbox manager and
-// restart recovery, and the HTTP API on TCP and a unix socket.
+// the audit log, the backends from the registry (package backend; see
+// backends.go), the sandbox manager and restart recovery, and the HTTP API
+// on TCP and a unix socket. The subsystems are the fields of one daemon.
 package daemon
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,14 +27,14 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
-	"github.com/warden-sandbox/warden/internal/backend/gvisor"
-	"github.com/warden-sandbox/warden/internal/backend/native"
 	"github.com/warden-sandbox/warden/internal/broker"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/connguard"
 	"github.com/warden-sandbox/warden/internal/e2b"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/network"
+	"github.com/warden-sandbox/warden/internal/safefile"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/secrets"
 	"github.com/warden-sandbox/warden/internal/store"
@@ -55,25 +54,87 @@ const (
 	TemplatesDir   = "templates"
 )
 
+// daemon holds wardend's subsystems, built in this order by Run.
+type daemon struct {
+	cfg config.Config
+	log *slog.Logger
+
+	st         store.Store
+	alog       *audit.Logger
+	authn      *auth.Authenticator
+	presignKey []byte
+
+	backends *backends
+	tmpl     *template.Store
+	vault    *secrets.Vault
+	broker   *broker.Broker
+	hooks    *secretHooks
+	net      *network.Manager // nil: no sandbox networking
+	mgr      *sandbox.Manager
+	srv      *api.Server
+	gov      *govern.Engine
+}
+
 // Run runs wardend until ctx ends. ready, if not nil, is called with the
 // addresses once the API is serving.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tcp net.Addr, socket string)) error {
+	d := &daemon{cfg: cfg, log: log}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return fmt.Errorf("create run dir: %w", err)
 	}
-	if err := native.Preflight(); err != nil {
-		return fmt.Errorf("backend native cannot run here: %w", err)
+	d.backends = &backends{cfg: cfg, log: log,
+		params: backend.Params{RunDir: cfg.RunDir, StateDir: cfg.StateDir, AgentPath: cfg.AgentPath, Log: log}}
+	// Preflights first: a host that cannot run the default backend is
+	// refused before anything is written.
+	if err := d.backends.preflight(); err != nil {
+		return err
 	}
 	st, err := sqlite.Open(ctx, filepath.Join(cfg.StateDir, DBFile))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	d.st = st
+	if err := d.openKeys(ctx); err != nil {
+		return err
+	}
+	defer d.alog.Close()
+	if err := d.buildGovernance(ctx); err != nil {
+		return err
+	}
+	defer d.gov.Close()
+	if err := d.backends.build(ctx); err != nil {
+		return err
+	}
+	if err := d.buildManager(); err != nil {
+		return err
+	}
+	if err := d.buildAPI(); err != nil {
+		return err
+	}
+	attached, lost, err := d.mgr.Recover(ctx)
+	if err != nil {
+		return err
+	}
+	if attached+lost > 0 {
+		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
+	}
+	for _, id := range backend.IDs() {
+		if b, ok := d.backends.built[id]; ok {
+			backend.CleanOrphans(ctx, b, log)
+		}
+	}
+	return d.serve(ctx, ready)
+}
 
-	keyPath, err := auth.Bootstrap(ctx, st, filepath.Join(cfg.StateDir, AdminKeyFile))
+// openKeys bootstraps the first admin key and opens the audit log and the
+// presign key.
+func (d *daemon) openKeys(ctx context.Context) error {
+	cfg, log := d.cfg, d.log
+	keyPath, err := auth.Bootstrap(ctx, d.st, filepath.Join(cfg.StateDir, AdminKeyFile))
 	if err != nil {
 		return fmt.Errorf("bootstrap admin key: %w", err)
 	}
@@ -85,62 +146,35 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err != nil {
 		return err
 	}
-	alog, err := audit.New(ctx, audit.Config{Store: st, Key: auditKey, CheckpointPath: filepath.Join(cfg.StateDir, CheckpointFile)})
-	if err != nil {
+	if d.alog, err = audit.New(ctx, audit.Config{Store: d.st, Key: auditKey, CheckpointPath: filepath.Join(cfg.StateDir, CheckpointFile)}); err != nil {
 		return err
 	}
-	defer alog.Close()
-	presignKey, err := loadOrCreateSecret(filepath.Join(cfg.StateDir, PresignKeyFile))
-	if err != nil {
+	if d.presignKey, err = loadOrCreateSecret(filepath.Join(cfg.StateDir, PresignKeyFile)); err != nil {
+		d.alog.Close()
 		return err
 	}
+	return nil
+}
 
-	nb, err := native.New(native.Config{RunDir: filepath.Join(cfg.RunDir, "native"), AgentPath: cfg.AgentPath, Landlock: cfg.Landlock,
-		DiskDir: filepath.Join(cfg.StateDir, "disks", "native")})
-	if err != nil {
-		return err
-	}
-	if medium, why := nb.WritableLayer(); medium != "disk" {
-		log.Error("SANDBOX DISK IS MEMORY: native sandboxes' writable layers cannot go on disk here and use a tmpfs charged to their memory limit (a large upload can OOM-kill a sandbox)", "reason", why)
-	}
-	// gVisor when runsc is installed; the default backend only if asked.
-	// Without runsc the daemon serves native sandboxes and brings gvisor up
-	// when runsc appears (see gvisorProber), without a restart.
-	var gb *gvisor.Backend
-	var gprobe *gvisorProber
-	if !cfg.GVisor.Disabled {
-		gprobe = &gvisorProber{cfg: cfg, log: log}
-		if gb, err = gprobe.probe(ctx); err != nil {
-			if cfg.Backend == gvisor.ID {
-				return fmt.Errorf("backend gvisor cannot run here: %w", err)
-			}
-			log.Warn("the gvisor backend is unavailable for now; sandboxes use native isolation until runsc is installed (checked again every "+gvisorRetry.String()+" and at each gvisor create)", "reason", err)
-		}
-	}
-	var b backend.Backend = nb
-	if cfg.Backend == gvisor.ID {
-		b = gb
-	}
+// buildManager builds the template store, the credential broker, sandbox
+// networking and the sandbox manager with its hooks.
+func (d *daemon) buildManager() error {
+	cfg, log := d.cfg, d.log
 	tmpl, err := template.OpenStore(filepath.Join(cfg.StateDir, TemplatesDir))
 	if err != nil {
 		return fmt.Errorf("open template store: %w", err)
 	}
+	d.tmpl = tmpl
 	if b, err := tmpl.Base(); err == nil && b.Warning != "" {
 		log.Warn(b.Warning)
 	}
-	mgr := sandbox.New(sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
-		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize}, st, b, tmpl, log)
-	mgr.AddBackend(nb)
-	if gb != nil {
-		mgr.AddBackend(gb)
-	}
 	// Brokered credentials: the secret store and the TLS broker that the
 	// egress path hands granted connections to.
-	vault, err := secrets.Open(cfg.StateDir)
-	if err != nil {
+	if d.vault, err = secrets.Open(cfg.StateDir); err != nil {
 		return fmt.Errorf("open secret store: %w", err)
 	}
-	brk, err := broker.New(broker.Config{Credentials: vault, StateDir: filepath.Join(cfg.StateDir, "broker-ca"),
+	alog := d.alog
+	d.broker, err = broker.New(broker.Config{Credentials: d.vault, StateDir: filepath.Join(cfg.StateDir, "broker-ca"),
 		OnUse: func(u broker.UseEvent) {
 			detail, _ := json.Marshal(map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
 				"host": u.Host, "method": u.Method, "path": u.Path})
@@ -156,12 +190,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err != nil {
 		return fmt.Errorf("credential broker: %w", err)
 	}
-	hooks := &secretHooks{mgr: mgr, vault: vault, broker: brk, log: log}
-	var netm *network.Manager
+	// The hooks reach the manager once it exists (below).
+	d.hooks = &secretHooks{vault: d.vault, broker: d.broker, log: log}
 	if !cfg.Network.Disabled {
 		ncfg := network.Config{DNSUpstream: cfg.Network.DNSUpstream,
-			TLSIntercept: hooks.intercept,
-			TLSHandoff:   hooks.handoff,
+			TLSIntercept: d.hooks.intercept,
+			TLSHandoff:   d.hooks.handoff,
 			OnDeny:       func(sb, target, reason string) { auditNetwork(alog, log, "network.deny", sb, target, reason) },
 			OnQuery: func(sb, name, qtype, decision string) {
 				log.Debug("sandbox dns query", "sandbox", sb, "name", name, "type", qtype, "decision", decision)
@@ -173,41 +207,110 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		for _, c := range cfg.Network.Deny {
 			ncfg.Deny = append(ncfg.Deny, netip.MustParsePrefix(c))
 		}
-		if netm, err = network.New(ncfg); err != nil {
+		if d.net, err = network.New(ncfg); err != nil {
 			log.Warn("sandbox networking unavailable: sandboxes get loopback only", "err", err)
-			netm = nil
-		} else {
-			mgr.Net = netm
+			d.net = nil
 		}
 	}
+	mcfg := sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
+		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize,
+		Net:        d.net,
+		OnEnd:      d.sandboxEnded,
+		OnEvent:    func(id string, ev backend.Event) { d.srv.SandboxEvent(id, ev) },
+		AfterStart: d.afterStart,
+		Probe:      func(id string) bool { return d.backends.probe(context.Background(), id) },
+	}
+	d.mgr = sandbox.New(mcfg, d.st, d.backends.built[cfg.Backend], tmpl, log)
+	for _, id := range backend.IDs() {
+		if b, ok := d.backends.built[id]; ok && id != cfg.Backend {
+			d.mgr.AddBackend(b)
+		}
+	}
+	d.hooks.mgr = d.mgr
+	return nil
+}
+
+// sandboxEnded is the manager's OnEnd: the API's metrics and events, and
+// the sandbox's credentials forgotten.
+func (d *daemon) sandboxEnded(sb store.Sandbox) {
+	d.srv.SandboxEnded(sb)
+	d.broker.Forget(sb.ID)
+	d.vault.PurgeSandbox(sb.ID)
+}
+
+// afterStart is the manager's AfterStart: a new sandbox gets its
+// credential grants.
+func (d *daemon) afterStart(ctx context.Context, sb store.Sandbox) {
+	if err := d.hooks.Apply(ctx, sb.ID, sb.Owner); err != nil {
+		d.log.Warn("hand credential grants to a new sandbox", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// builder returns the template builder's backend: the default one if it
+// can capture a writable layer, else the first registered one that can.
+func (d *daemon) builderBackend() backend.Backend {
+	if b := d.backends.built[d.cfg.Backend]; b != nil && b.Capabilities().CaptureUpper {
+		return b
+	}
+	for _, id := range backend.IDs() {
+		if b, ok := d.backends.built[id]; ok && b.Capabilities().CaptureUpper {
+			return b
+		}
+	}
+	return nil
+}
+
+// buildAPI builds the native API server and registers its collectors.
+func (d *daemon) buildAPI() error {
+	cfg := d.cfg
 	publicURL := cfg.PublicURL
 	if publicURL == "" && cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
 	// One Authenticator for both APIs: a key revoked through either is
 	// refused by both at once (it caches key records briefly).
-	authn := auth.New(st)
+	d.authn = auth.New(d.st)
 	images, err := imagePolicy(cfg)
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(api.Config{
-		Manager: mgr, Store: st, Auth: authn, Audit: alog, Logger: log,
-		PresignKey: presignKey, PublicURL: publicURL, Version: version.Version,
+	var builder *build.Builder
+	if bb := d.builderBackend(); bb != nil {
+		builder = &build.Builder{Store: d.tmpl, Backend: bb, Net: d.net, Images: images}
+	} else {
+		d.log.Warn("no backend here can capture a writable layer: template builds are unavailable")
+	}
+	d.srv, err = api.New(api.Config{
+		Manager: d.mgr, Store: d.st, Auth: d.authn, Audit: d.alog, Logger: d.log,
+		PresignKey: d.presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
-		Templates: tmpl, Builder: &build.Builder{Store: tmpl, Backend: nb, Net: netm, Images: images}, Images: images,
+		Templates: d.tmpl, Builder: builder, Images: images,
 		PerSandboxLabels: cfg.Metrics.PerSandboxLabels, PreviewWebSocketsPerPort: cfg.Limits.PreviewWebSocketsPerPort, PreviewWebSocketsPerClient: cfg.Limits.PreviewWebSocketsPerClient,
-		Secrets: vault, SecretHooks: hooks,
+		Secrets: d.vault, SecretHooks: d.hooks,
 		PreviewDomain: cfg.PreviewDomain,
+		Govern:        d.gov,
 	})
 	if err != nil {
 		return err
 	}
-	if netm != nil {
-		if err := srv.RegisterCollector(netm); err != nil {
+	if d.net != nil {
+		if err := d.srv.RegisterCollector(d.net); err != nil {
 			return err
 		}
 	}
+	// Operation durations, OOM kills, the warm pool; per-sandbox usage.
+	for _, c := range d.mgr.Collectors() {
+		if err := d.srv.RegisterCollector(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serve runs the listeners until ctx ends or one fails, then shuts down.
+func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket string)) error {
+	cfg, log, mgr, srv, alog, authn := d.cfg, d.log, d.mgr, d.srv, d.alog, d.authn
+	var err error
 	// Connection caps shared by the TCP listeners, and the minimum rate of
 	// request bodies on every listener (see internal/connguard).
 	conns := connguard.NewLimiter(cfg.Limits.MaxConns, cfg.Limits.MaxConnsPerIP, log)
@@ -215,42 +318,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	bodies := connguard.BodyLimits{Timeout: cfg.Limits.BodyTimeout, MinRate: cfg.Limits.BodyMinRate, StreamTimeout: cfg.Limits.StreamBodyTimeout}
-	// Operation durations, OOM kills, the warm pool; per-sandbox usage.
-	for _, c := range mgr.Collectors() {
-		if err := srv.RegisterCollector(c); err != nil {
-			return err
-		}
-	}
-	mgr.OnEnd = func(sb store.Sandbox) {
-		srv.SandboxEnded(sb)
-		brk.Forget(sb.ID)
-		vault.PurgeSandbox(sb.ID)
-	}
-	mgr.AfterStart = func(ctx context.Context, sb store.Sandbox) {
-		if err := hooks.Apply(ctx, sb.ID, sb.Owner); err != nil {
-			log.Warn("hand credential grants to a new sandbox", "sandbox", sb.ID, "err", err)
-		}
-	}
-	mgr.OnEvent = srv.SandboxEvent
-
-	attached, lost, err := mgr.Recover(ctx)
-	if err != nil {
-		return err
-	}
-	if attached+lost > 0 {
-		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
-	}
-	cleanOrphans(ctx, nativeOrphans{nb}, log)
-	nb.PurgeDisks()
-	if gb != nil {
-		cleanOrphans(ctx, gb, log)
-		if err := gb.PurgeDisks(); err != nil {
-			log.Warn("remove leftover gvisor disk images", "err", err)
-		}
-		if err := gb.PurgeSnapshots(); err != nil { // forks a crash interrupted
-			log.Warn("remove leftover fork snapshots", "err", err)
-		}
-	}
 
 	if cfg.DebugListen != "" {
 		if err := serveDebug(ctx, cfg.DebugListen, log); err != nil {
@@ -291,7 +358,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		if err == nil {
 			var es *e2b.Server
 			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: authn, Audit: alog, Logger: log.With("api", "e2b"),
-				TokenKey: tokenKey, MaxTimeout: cfg.MaxTimeout, Domain: cfg.E2BDomain})
+				TokenKey: tokenKey, Domain: cfg.E2BDomain})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
 				if err != nil && cfg.E2BListen == config.DefaultE2BListen && errors.Is(err, syscall.EADDRINUSE) {
@@ -342,9 +409,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	defer stop()
 	go mgr.Run(rctx)
 	mgr.StartPool(rctx)
-	if gprobe != nil {
-		gprobe.attach(rctx, mgr)
-	}
+	d.backends.watch(rctx, mgr)
 
 	errc := make(chan error, len(lns)+2)
 	var wg sync.WaitGroup
@@ -379,7 +444,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 			}
 		}()
 	}
-	log.Info("wardend serving", "version", version.Version, "tcp", cfg.Listen, "socket", cfg.Socket, "backend", b.ID(), "backends_ready", strings.Join(mgr.Backends(), ","), "state_dir", cfg.StateDir)
+	log.Info("wardend serving", "version", version.Version, "tcp", cfg.Listen, "socket", cfg.Socket, "backend", cfg.Backend, "backends_ready", strings.Join(mgr.Backends(), ","), "state_dir", cfg.StateDir)
 	if ready != nil {
 		ready(tcpAddr, cfg.Socket)
 	}
@@ -435,67 +500,14 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// orphanCleaner is what cleanOrphans needs of a backend.
-type orphanCleaner interface {
-	backend.Backend
-	Orphans() ([]string, error)
-	ReadHandle(id string) (backend.Handle, error)
-	Purge(ctx context.Context, id string) error
-}
-
-// nativeOrphans adapts the native backend's Purge.
-type nativeOrphans struct{ *native.Backend }
-
-func (n nativeOrphans) Purge(_ context.Context, id string) error {
-	n.Backend.Purge(id)
-	return nil
-}
-
-// cleanOrphans frees sandboxes the backend still has on disk but no store
-// record owns (a crash between backend create and the store write).
-func cleanOrphans(ctx context.Context, b orphanCleaner, log *slog.Logger) {
-	ids, err := b.Orphans()
-	if err != nil {
-		log.Warn("look for orphaned sandboxes", "backend", b.ID(), "err", err)
-		return
-	}
-	for _, id := range ids {
-		h, err := b.ReadHandle(id)
-		if err == nil && b.Recover(ctx, h) == nil {
-			b.Delete(ctx, h)
-		} else if err := b.Purge(ctx, id); err != nil {
-			log.Warn("remove orphaned sandbox", "backend", b.ID(), "sandbox", id, "err", err)
-			continue
-		}
-		log.Info("removed orphaned sandbox", "backend", b.ID(), "sandbox", id)
-	}
-}
-
 // loadOrCreateSecret reads a 32-byte hex secret from a root-only file,
-// creating it on first use.
+// creating it on first use, with the checks of every key file (package
+// safefile): a file that group or others can access, that another user
+// owns or that is not a regular file is refused.
 func loadOrCreateSecret(path string) ([]byte, error) {
-	raw, err := os.ReadFile(path)
-	if err == nil {
-		key, err := hex.DecodeString(strings.TrimSpace(string(raw)))
-		if err != nil || len(key) != 32 {
-			return nil, fmt.Errorf("secret %s is not 32 hex-encoded bytes", path)
-		}
-		return key, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("read secret: %w", err)
-	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("generate secret: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	key, err := safefile.LoadOrCreateKey(path, 32)
 	if err != nil {
-		return nil, fmt.Errorf("create secret: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
-		return nil, fmt.Errorf("write secret: %w", err)
+		return nil, fmt.Errorf("secret %s: %w", filepath.Base(path), err)
 	}
 	return key, nil
 }

@@ -56,6 +56,7 @@ func (s *Server) routes() *http.ServeMux {
 		{"POST /sandboxes/{id}/connect", "e2b.sandbox.connect", auth.ScopeSandboxesCreate, s.connect},
 		{"POST /v2/sandboxes/{id}/connect", "e2b.sandbox.connect", auth.ScopeSandboxesCreate, s.connect},
 		{"GET /sandboxes/{id}/metrics", "e2b.sandbox.metrics", auth.ScopeSandboxesRead, s.metrics},
+		{"POST /sandboxes/{id}/fork", "e2b.sandbox.fork", auth.ScopeSandboxesCreate, s.fork},
 	} {
 		mux.Handle(r.pattern, s.serve(r.action, r.scope, r.h))
 	}
@@ -272,8 +273,27 @@ func toDetail(sb store.Sandbox) detailJSON {
 		started = sb.CreatedAt
 	}
 	return detailJSON{SandboxID: sb.ID, TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID,
-		StartedAt: started.UTC(), EndAt: sb.ExpiresAt.UTC(), EnvdVersion: EnvdVersion,
+		StartedAt: started.UTC(), EndAt: endAt(sb), EnvdVersion: EnvdVersion,
 		CPUCount: cpu, MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB, Metadata: md, State: e2bState(sb.State)}
+}
+
+// endAt is a sandbox's endAt: when its timeout will end it while it runs,
+// and, as E2B's API reports a paused sandbox (the time of its snapshot),
+// when it was paused: a paused sandbox's countdown is stopped, so it must
+// not show a time that keeps coming nearer.
+func endAt(sb store.Sandbox) time.Time {
+	if sandbox.State(sb.State) != sandbox.StatePaused {
+		return sb.ExpiresAt.UTC()
+	}
+	if at := sb.Lifecycle.PausedAt; !at.IsZero() {
+		return at.UTC()
+	}
+	// Paused before the pause time was recorded: the expiry less the
+	// frozen countdown, a fixed time no later than the pause.
+	if at := sb.ExpiresAt.Add(-sb.Lifecycle.ResumeTimeout); at.Before(time.Now()) {
+		return at.UTC()
+	}
+	return sb.StartedAt.UTC()
 }
 
 // newSandboxRequest is NewSandbox (2.45) and NewSandboxV2 (2.51); fields
@@ -343,12 +363,14 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 	if q.TemplateID == nil {
 		return errf(http.StatusBadRequest, "templateID is required")
 	}
+	// The manager bounds the timeout (max_timeout) and reads 0 as its
+	// default: an explicit 0 goes to it as -1 s, which it refuses.
 	var timeout time.Duration
 	if q.Timeout != nil {
-		if *q.Timeout < 1 || time.Duration(*q.Timeout)*time.Second > s.cfg.MaxTimeout {
-			return errf(http.StatusBadRequest, "timeout must be between 1 and %d seconds", int64(s.cfg.MaxTimeout/time.Second))
-		}
 		timeout = time.Duration(*q.Timeout) * time.Second
+		if *q.Timeout == 0 {
+			timeout = -time.Second
+		}
 	}
 	autoPause := q.AutoPause != nil && *q.AutoPause
 	autoResume := q.AutoResume != nil && q.AutoResume.Enabled
@@ -440,9 +462,6 @@ func (s *Server) setTimeout(w http.ResponseWriter, c *call) error {
 	if q.Timeout == nil {
 		return errf(http.StatusBadRequest, "timeout is required")
 	}
-	if *q.Timeout < 1 || time.Duration(*q.Timeout)*time.Second > s.cfg.MaxTimeout {
-		return errf(http.StatusBadRequest, "timeout must be between 1 and %d seconds", int64(s.cfg.MaxTimeout/time.Second))
-	}
 	id := c.r.PathValue("id")
 	if _, err := s.sandboxFor(c, id); err != nil {
 		return err
@@ -493,8 +512,11 @@ func (s *Server) wake(w http.ResponseWriter, c *call, isConnect bool) error {
 	if err := decode(c.r, &q); err != nil {
 		return err
 	}
-	if q.Timeout != nil && (*q.Timeout < 1 || time.Duration(*q.Timeout)*time.Second > s.cfg.MaxTimeout) {
-		return errf(http.StatusBadRequest, "timeout must be between 1 and %d seconds", int64(s.cfg.MaxTimeout/time.Second))
+	// Refuse a bad timeout before resuming (the manager's bounds).
+	if q.Timeout != nil {
+		if err := s.cfg.Manager.CheckTimeout(time.Duration(*q.Timeout) * time.Second); err != nil {
+			return err
+		}
 	}
 	id := c.r.PathValue("id")
 	sb, err := s.sandboxFor(c, id)
@@ -531,25 +553,6 @@ func (s *Server) wake(w http.ResponseWriter, c *call, isConnect bool) error {
 		return err
 	}
 	writeJSON(w, status, out)
-	return nil
-}
-
-// metrics answers one sample of the sandbox's current usage.
-func (s *Server) metrics(w http.ResponseWriter, c *call) error {
-	id := c.r.PathValue("id")
-	sb, err := s.sandboxFor(c, id)
-	if err != nil {
-		return err
-	}
-	out := []map[string]any{}
-	if m, err := s.sample(c.r.Context(), sb); err == nil {
-		out = append(out, map[string]any{
-			"timestamp": m.at.Format(time.RFC3339), "timestampUnix": m.at.Unix(), "cpuCount": m.cores,
-			"cpuUsedPct": m.cpuPct, "memUsed": m.memUsed, "memTotal": m.memTotal, "memCache": 0,
-			"diskUsed": m.diskUsed, "diskTotal": m.diskTotal,
-		})
-	}
-	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

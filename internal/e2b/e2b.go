@@ -34,7 +34,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/time/rate"
 
@@ -68,8 +67,6 @@ type Config struct {
 	// only the SDK's getHost()); "" returns null. When set, requests whose
 	// Host is {port}-{sandboxID}.{Domain} are routed like header-routed ones.
 	Domain string
-	// MaxTimeout bounds timeouts (24 h when zero), as the manager does.
-	MaxTimeout time.Duration
 }
 
 // Server is the E2B-compatible handler.
@@ -98,9 +95,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxTimeout == 0 {
-		cfg.MaxTimeout = 24 * time.Hour
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, scans: rate.NewLimiter(signedScanRate, signedScanBurst)}
 	s.mux = s.routes()
@@ -165,32 +159,6 @@ func (e *apiError) Error() string {
 
 func errf(status int, format string, args ...any) *apiError {
 	return &apiError{status: status, message: fmt.Sprintf(format, args...)}
-}
-
-// toAPIError maps Warden's errors to E2B's statuses.
-func toAPIError(err error) *apiError {
-	var ae *apiError
-	var se *sandbox.StateError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, sandbox.ErrNotFound):
-		return &apiError{status: 404, message: "sandbox not found", cause: err}
-	case errors.Is(err, sandbox.ErrUnknownTemplate):
-		return &apiError{status: 400, message: err.Error(), cause: err}
-	case errors.Is(err, sandbox.ErrInvalid):
-		return &apiError{status: 400, message: err.Error(), cause: err}
-	case errors.Is(err, sandbox.ErrCapacity):
-		return &apiError{status: 429, message: err.Error(), cause: err}
-	case errors.As(err, &se):
-		return &apiError{status: 409, message: err.Error(), cause: err}
-	case errors.Is(err, auth.ErrUnauthenticated), errors.Is(err, store.ErrNotFound):
-		return &apiError{status: 401, message: "Invalid API key", cause: err}
-	case errors.Is(err, context.Canceled):
-		return &apiError{status: 499, message: "request canceled", cause: err}
-	default:
-		return &apiError{status: 500, message: "internal error", cause: err}
-	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

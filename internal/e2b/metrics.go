@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -87,4 +88,67 @@ func (s *Server) envdMetrics(w http.ResponseWriter, r *http.Request, sb store.Sa
 		"mem_total_mib": m.memTotal >> 20, "mem_used_mib": m.memUsed >> 20,
 		"disk_used": m.diskUsed, "disk_total": m.diskTotal,
 	})
+}
+
+// metrics answers GET /sandboxes/{id}/metrics: the samples of the sandbox's
+// usage taken in the window [start, end] (unix seconds; start defaults to
+// the sandbox's start, end to now, and an end in the future means now).
+// Warden keeps no history: the one sample there is, taken now, is in the
+// list when now is inside the window, so a window that ended earlier (one
+// before the sandbox existed, say) is empty. start after end is a 400, as
+// on E2B.
+func (s *Server) metrics(w http.ResponseWriter, c *call) error {
+	id := c.r.PathValue("id")
+	sb, err := s.sandboxFor(c, id)
+	if err != nil {
+		return err
+	}
+	start, hasStart, err := unixParam(c.r, "start")
+	if err != nil {
+		return err
+	}
+	end, hasEnd, err := unixParam(c.r, "end")
+	if err != nil {
+		return err
+	}
+	if hasStart && hasEnd && start > end {
+		return errf(http.StatusBadRequest, "start (%d) is after end (%d)", start, end)
+	}
+	out := []map[string]any{}
+	m, err := s.sample(c.r.Context(), sb)
+	if err == nil && inWindow(m.at.Unix(), sb.StartedAt, start, hasStart, end, hasEnd) {
+		out = append(out, map[string]any{
+			"timestamp": m.at.Format(time.RFC3339), "timestampUnix": m.at.Unix(), "cpuCount": m.cores,
+			"cpuUsedPct": m.cpuPct, "memUsed": m.memUsed, "memTotal": m.memTotal, "memCache": 0,
+			"diskUsed": m.diskUsed, "diskTotal": m.diskTotal,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// inWindow reports whether a sample taken at unix second at lies in the
+// window [start, end]; a missing start is the sandbox's start (started, to
+// the second), a missing end is at itself.
+func inWindow(at int64, started time.Time, start int64, hasStart bool, end int64, hasEnd bool) bool {
+	if !hasStart && !started.IsZero() {
+		start, hasStart = started.Unix(), true
+	}
+	if hasStart && at < start {
+		return false
+	}
+	return !hasEnd || at <= end
+}
+
+// unixParam reads an optional query parameter of unix seconds.
+func unixParam(r *http.Request, name string) (int64, bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false, errf(http.StatusBadRequest, "%s must be a unix time in seconds, not %q", name, v)
+	}
+	return n, true, nil
 }

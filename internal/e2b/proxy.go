@@ -352,10 +352,27 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 			}
 		},
 	}
-	rp.ServeHTTP(sw, r)
-	if authBy == "none" {
-		return // health probes are not audited
+	if authBy != "none" { // health probes are not audited
+		// Deferred: a stream cut mid-way (the client went away, the
+		// sandbox died) ends in ReverseProxy's panic(http.ErrAbortHandler),
+		// and is audited all the same.
+		defer func() {
+			v := recover()
+			s.auditProxied(r, sw, sb, path, port, authBy, v != nil)
+			if v != nil {
+				panic(v)
+			}
+		}()
 	}
+	rp.ServeHTTP(sw, r)
+}
+
+// auditProxied appends the e2b.envd event of a proxied request. An aborted
+// response (its body cut after the status was sent) records who ended it:
+// "client" when the client went away (the request's context is done),
+// else "sandbox" (the agent's side broke: the sandbox died or was
+// stopped), which is an error.
+func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbox, path string, port int, authBy string, aborted bool) {
 	status := sw.status
 	if status == 0 {
 		status = http.StatusOK
@@ -364,9 +381,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	if status >= 400 {
 		outcome = audit.OutcomeError
 	}
-	s.appendAudit(r.Context(), w.Header().Get("X-Request-Id"), sb.Owner, "e2b.envd", id, outcome, map[string]any{
-		"method": r.Method, "path": path, "port": port, "status": status, "auth": authBy,
-	})
+	detail := map[string]any{"method": r.Method, "path": path, "port": port, "status": status, "auth": authBy}
+	if aborted {
+		if r.Context().Err() != nil {
+			detail["aborted"] = "client"
+		} else {
+			detail["aborted"] = "sandbox"
+			outcome = audit.OutcomeError
+		}
+	}
+	s.appendAudit(r.Context(), sw.Header().Get("X-Request-Id"), sb.Owner, "e2b.envd", sb.ID, outcome, detail)
 }
 
 // statusWriter records the response status; it passes Flush on.

@@ -16,6 +16,7 @@ import (
 // default user even with "Authorization: Basic root:" and a repeated
 // username; signed for root it reads as root.
 func TestSignedURLActsAsSignedUser(t *testing.T) {
+	needsRealSandbox(t)
 	sb := create(t, env.aKey, nil)
 	ag, err := env.mgr.Agent(context.Background(), sb.SandboxID)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/warden-sandbox/warden/internal/errkind"
 )
 
 // Limits bound what one import may download and write. They are counted
@@ -78,7 +80,8 @@ func (l Limits) validate() error {
 }
 
 // ErrLimit is wrapped by the errors of imports that pass one of [Limits].
-var ErrLimit = errors.New("image import limit exceeded")
+// It and LimitError are of kind TooLarge (internal/errkind).
+var ErrLimit = errkind.Sentinel(errkind.TooLarge, "image import limit exceeded", errkind.WithDetail)
 
 // Names of the limits in [LimitError] (their configuration keys).
 const (
@@ -112,6 +115,12 @@ func (e *LimitError) Error() string {
 
 // Is makes a LimitError match [ErrLimit].
 func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+
+// Kind makes a LimitError too large (errkind.Kinded).
+func (e *LimitError) Kind() errkind.Kind { return errkind.TooLarge }
+
+// Public returns the message callers see: all of it.
+func (e *LimitError) Public() string { return e.Error() }
 
 // usage is what an import has used of its limits so far.
 type usage struct {

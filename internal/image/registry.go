@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/warden-sandbox/warden/internal/errkind"
 )
 
 // ErrRegistryDenied is wrapped by the errors of registry requests that the
@@ -26,7 +28,9 @@ import (
 // on a loopback, link-local, private or otherwise internal address, or on
 // one of the host's own addresses, that the administrator has not allowed;
 // or plain HTTP to a registry not allowed to use it.
-var ErrRegistryDenied = errors.New("registry access denied")
+//
+// It and DeniedError are of kind Forbidden (internal/errkind).
+var ErrRegistryDenied = errkind.Sentinel(errkind.Forbidden, "registry access denied", errkind.WithDetail)
 
 // DeniedError is a refused registry request. It wraps [ErrRegistryDenied].
 type DeniedError struct {
@@ -40,6 +44,13 @@ func (e *DeniedError) Error() string {
 
 // Is makes a DeniedError match [ErrRegistryDenied].
 func (e *DeniedError) Is(target error) bool { return target == ErrRegistryDenied }
+
+// Kind makes a DeniedError forbidden (errkind.Kinded).
+func (e *DeniedError) Kind() errkind.Kind { return errkind.Forbidden }
+
+// Public returns the message callers see: all of it (it never quotes what a
+// registry answered).
+func (e *DeniedError) Public() string { return e.Error() }
 
 // Registry is a registry an administrator allows although the destination
 // policy would refuse it (registries.allow in wardend's configuration).

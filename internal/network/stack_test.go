@@ -737,7 +737,15 @@ func newTestWire() (stack.LinkEndpoint, func()) {
 	return ep, ep.Close
 }
 
-// TestStackFootprint reports what an idle link costs in wardend.
+// Bounds on what an idle link may cost in wardend: generous (docs/networking.md
+// gives the measured figures, about 180 KiB and 8 goroutines), but a link that
+// grows a buffer pool or a goroutine per flow slot fails.
+const (
+	maxIdleLinkHeap       = 1 << 20
+	maxIdleLinkGoroutines = 16
+)
+
+// TestStackFootprint checks what an idle link costs in wardend, and logs it.
 func TestStackFootprint(t *testing.T) {
 	m, err := New(Config{DNSUpstream: "127.0.0.1:53"})
 	if err != nil {
@@ -760,10 +768,25 @@ func TestStackFootprint(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	g1 := runtime.NumGoroutine()
-	t.Logf("idle link: %d KiB of heap, %d goroutines (without the TUN reader, which adds 2)",
-		(after.HeapInuse-before.HeapInuse)/n/1024, (g1-g0)/n)
+	heap := (int64(after.HeapInuse) - int64(before.HeapInuse)) / n
+	goroutines := (g1 - g0) / n
+	t.Logf("idle link: %d KiB of heap, %d goroutines (without the TUN reader, which adds 2)", heap/1024, goroutines)
+	if heap > maxIdleLinkHeap {
+		t.Errorf("an idle link holds %d KiB of heap, over the bound of %d KiB", heap/1024, maxIdleLinkHeap/1024)
+	}
+	if goroutines < 1 || goroutines > maxIdleLinkGoroutines {
+		t.Errorf("an idle link runs %d goroutines, want 1 to %d", goroutines, maxIdleLinkGoroutines)
+	}
 	for _, l := range links {
 		l.Close()
+	}
+	// Closed links give their goroutines back.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > g0+2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > g0+2 {
+		t.Errorf("%d goroutines after closing %d links, %d before: closed links leak goroutines", g, n, g0)
 	}
 }
 

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
@@ -24,6 +23,9 @@ type ForkRequest struct {
 	N        int
 	Timeout  time.Duration     // 0: the source's timeout
 	Metadata map[string]string // added to the source's, after forked_from=<source id>
+	// Name is the fork's name (see names.go); only a fork of one sandbox
+	// may have one. A fork without one has none: names are not inherited.
+	Name string
 }
 
 // fork makes n new sandboxes from a running sandbox's memory and files, on
@@ -35,24 +37,36 @@ func (m *Manager) fork(ctx context.Context, id string, req ForkRequest) ([]store
 	if req.N < 1 || req.N > MaxFork {
 		return nil, fmt.Errorf("%w: count must be between 1 and %d", ErrInvalid, MaxFork)
 	}
-	if req.Timeout != 0 && (req.Timeout < time.Second || req.Timeout > m.cfg.MaxTimeout) {
-		return nil, fmt.Errorf("%w: timeout must be between 1s and %s", ErrInvalid, m.cfg.MaxTimeout)
+	if req.Timeout != 0 {
+		if err := m.CheckTimeout(req.Timeout); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkMetadata(req.Metadata, 0); err != nil {
+		return nil, err
+	}
+	if req.Name != "" && req.N != 1 {
+		return nil, fmt.Errorf("%w: name: only a fork of one sandbox (count 1) can be given a name", ErrInvalid)
+	}
+	if err := m.checkName(ctx, req.Owner, req.Name); err != nil {
+		return nil, err
 	}
 	src, err := m.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	h, err := m.handleOf(src, StateRunning)
+	l, err := m.liveOf(src, StateRunning)
 	if err != nil {
 		return nil, err
 	}
-	b := m.bk(h)
+	h, b := l.h, l.b
 	sn, ok := b.(backend.Snapshotter)
-	if !ok || !b.Capabilities().Fork {
+	if !b.Capabilities().Fork || !ok {
 		return nil, fmt.Errorf("%w: backend %s cannot fork sandboxes (gvisor can)", backend.ErrUnsupported, b.ID())
 	}
-	if len(src.Metadata)+len(req.Metadata) > 63 {
-		return nil, fmt.Errorf("%w: at most 64 metadata keys", ErrInvalid)
+	// Each fork also gets forked_from.
+	if err := checkMetadata(req.Metadata, len(src.Metadata)+1); err != nil {
+		return nil, err
 	}
 	release := func() {}
 	if p, ok := m.tmpl.(interface{ Pin() func() }); ok {
@@ -63,18 +77,18 @@ func (m *Manager) fork(ctx context.Context, id string, req ForkRequest) ([]store
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	if m.cfg.MaxSandboxes > 0 && m.running+req.N > m.cfg.MaxSandboxes {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d sandboxes already running", ErrCapacity, m.running)
+	ids := make([]string, req.N)
+	for i := range ids {
+		ids[i] = NewID()
 	}
-	m.running += req.N
-	m.mu.Unlock()
+	if err := m.reserve(ids...); err != nil {
+		return nil, err
+	}
 	made := 0
 	defer func() {
-		m.mu.Lock()
-		m.running -= req.N - made
-		m.mu.Unlock()
+		for _, id := range ids[made:] {
+			m.drop(id)
+		}
 	}()
 	bctx := context.WithoutCancel(ctx)
 	ref, err := sn.Snapshot(bctx, h)
@@ -92,10 +106,10 @@ func (m *Manager) fork(ctx context.Context, id string, req ForkRequest) ([]store
 	}
 	var out []store.Sandbox
 	for i := 0; i < req.N; i++ {
-		sb, err := m.restoreFork(bctx, sn, b, ref, src, tm, req, timeout)
+		sb, err := m.restoreFork(bctx, ids[i], sn, b, ref, src, tm, req, timeout)
 		if err != nil {
 			for _, f := range out {
-				m.kill(bctx, f.ID, StateStopped, "fork of "+id+" failed", true)
+				m.kill(bctx, f.ID, "fork of "+id+" failed")
 			}
 			return nil, fmt.Errorf("fork %s: %w", id, err)
 		}
@@ -123,13 +137,13 @@ func (m *Manager) forkTemplate(src store.Sandbox) (*template.Template, error) {
 	return nil, fmt.Errorf("%w: template %s changed since sandbox %s started", backend.ErrUnsupported, src.Template, src.ID)
 }
 
-// restoreFork boots one fork and records it.
-func (m *Manager) restoreFork(ctx context.Context, sn backend.Snapshotter, b backend.Backend, ref backend.SnapshotRef,
+// restoreFork boots fork id, whose place is reserved, and records it.
+func (m *Manager) restoreFork(ctx context.Context, id string, sn backend.Snapshotter, b backend.Backend, ref backend.SnapshotRef,
 	src store.Sandbox, tm *template.Template, req ForkRequest, timeout time.Duration) (store.Sandbox, error) {
-	id := NewID()
 	spec := tm.Spec(id)
 	spec.Env = maps.Clone(src.Env)
 	spec.User, spec.Workdir = src.User, src.Workdir
+	spec.Sudo = !src.Lifecycle.NoSudo
 	spec.Limits = backend.Limits{CPUMillis: src.CPUMillis, MemoryBytes: src.MemoryMB << 20, DiskBytes: src.DiskMB << 20}.WithDefaults()
 	md := maps.Clone(src.Metadata)
 	if md == nil {
@@ -141,14 +155,17 @@ func (m *Manager) restoreFork(ctx context.Context, sn backend.Snapshotter, b bac
 	lc := src.Lifecycle
 	lc.Timeout = timeout
 	sb := store.Sandbox{
-		ID: id, Template: src.Template, TemplateID: tm.ID, Lifecycle: lc, Network: src.Network, State: string(StateStarting),
+		ID: id, Template: src.Template, TemplateID: tm.ID, Lifecycle: lc, Network: src.Network,
 		Owner: req.Owner, Backend: b.ID(), CPUMillis: src.CPUMillis, MemoryMB: src.MemoryMB, DiskMB: src.DiskMB,
 		Env: src.Env, Metadata: md, User: src.User, Workdir: src.Workdir,
-		CreatedAt: now, ExpiresAt: now.Add(timeout),
+		CreatedAt: now, ExpiresAt: now.Add(timeout), Name: req.Name,
 	}
 	preNet(b, &spec, policyOf(src))
+	if err := setState(&sb, StateStarting); err != nil {
+		return store.Sandbox{}, err
+	}
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
-		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", asNameTaken(err, req.Name))
 	}
 	h, err := m.boot(ctx, id, b, spec, policyOf(src), func(ctx context.Context, h backend.Handle) (backend.Handle, error) {
 		return sn.StartFrom(ctx, h, ref)
@@ -156,26 +173,17 @@ func (m *Manager) restoreFork(ctx context.Context, sn backend.Snapshotter, b bac
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	raw, _ := json.Marshal(h)
-	sb, err = m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
-		s.State = string(StateRunning)
-		s.StartedAt = time.Now().UTC()
-		s.Handle = raw
-		return nil
-	})
+	sb, err = m.recordStart(ctx, id, h)
 	if err != nil {
 		b.Delete(ctx, h)
-		m.dropHandle(id)
-		return store.Sandbox{}, fmt.Errorf("record start: %w", err)
+		m.drop(id)
+		return store.Sandbox{}, err
 	}
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.DialAgent(ctx, h) })
-	m.mu.Lock()
-	m.clients[id] = c
-	m.mu.Unlock()
+	m.setClient(id, agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.DialAgent(ctx, h) }))
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
-	if m.AfterStart != nil {
-		m.AfterStart(ctx, sb)
+	if m.cfg.AfterStart != nil {
+		m.cfg.AfterStart(ctx, sb)
 	}
 	return sb, nil
 }

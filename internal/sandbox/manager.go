@@ -4,16 +4,23 @@
 // timeout passed, hands out agent clients, and re-attaches (or reports lost)
 // every sandbox after a daemon restart.
 //
-// States:
+// # States
 //
-//	starting ──> running <──> paused
-//	   │            │
-//	   │            └──> stopping ──> stopped
-//	   └──> failed            (start failed; the end reason says why)
-//	lost: after a daemon restart the sandbox could not be re-attached
+// A sandbox's record moves along these edges only (the transitions table in
+// state.go; TestStateDiagram keeps this list and the table equal):
 //
-// stopped, failed and lost are terminal: the record stays for history, the
-// host resources are gone.
+//	new      ──> starting, running
+//	starting ──> running, stopping, failed, lost
+//	running  ──> paused, stopping, lost
+//	paused   ──> running, stopping, lost
+//	stopping ──> stopped, lost
+//
+// A record is created starting (booted) or running (claimed from the warm
+// pool). A start that fails ends failed, the end reason saying why; a kill,
+// a timeout or the sandbox's own exit goes through stopping to stopped,
+// even while it boots; a sandbox that a restarted daemon cannot re-attach
+// is lost. stopped, failed and lost are terminal: the record stays for
+// history, the host resources are gone.
 package sandbox
 
 import (
@@ -38,23 +45,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/template"
 )
 
-// State is a sandbox's lifecycle state.
-type State string
-
-// States of the lifecycle.
-const (
-	StateStarting State = "starting"
-	StateRunning  State = "running"
-	StatePaused   State = "paused"
-	StateStopping State = "stopping"
-	StateStopped  State = "stopped"
-	StateFailed   State = "failed"
-	StateLost     State = "lost"
-)
-
-// Terminal reports whether s is an end state.
-func (s State) Terminal() bool { return s == StateStopped || s == StateFailed || s == StateLost }
-
 // Templates resolves template names.
 type Templates interface {
 	Get(name string) (*template.Template, error)
@@ -70,6 +60,24 @@ type Config struct {
 	// limits are kept started and waiting; a create that asks for nothing
 	// else claims one instead of booting (see StartPool). 0 disables the pool.
 	PoolSize int
+
+	// Net, if set, gives sandboxes their network (see network.go); without
+	// it every sandbox has loopback only.
+	Net *network.Manager
+	// OnEnd, if set, is called once when a sandbox reaches a terminal state
+	// (for audit and metrics). It must not block.
+	OnEnd func(sb store.Sandbox)
+	// OnEvent, if set, receives resource events (OOM kills) of running
+	// sandboxes, for audit and metrics.
+	OnEvent func(id string, ev backend.Event)
+	// AfterStart, if set, runs once a created sandbox is running, before
+	// Create returns (the daemon hands it its credential grants).
+	AfterStart func(ctx context.Context, sb store.Sandbox)
+	// Probe, if set, is asked to make backend id available when a create
+	// asks for one the manager lacks (one the daemon brings up later, such
+	// as gvisor once runsc is installed); it reports whether it added it
+	// with AddBackend.
+	Probe func(id string) bool
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take defaults.
@@ -96,6 +104,12 @@ type CreateRequest struct {
 	// EnvdKey is the API key the E2B envd access token is bound to (see
 	// store.Sandbox.EnvdKey); "" binds none yet.
 	EnvdKey string
+	// Name is the sandbox's optional name (see names.go): "" for none, else
+	// unique among the owner's live sandboxes (a *NameTakenError if not).
+	Name string
+	// NoSudo turns off sudo inside the sandbox (on by default: see
+	// internal/agent/sudo and docs/security.md).
+	NoSudo bool
 }
 
 // Manager runs sandboxes on its backends.
@@ -108,38 +122,18 @@ type Manager struct {
 
 	backendsMu sync.RWMutex
 	backends   map[string]backend.Backend // by ID, the default included
-	// Probe, when set, is asked to make backend id available when a create
-	// asks for one the manager lacks (gvisor once runsc is installed); it
-	// reports whether it added it with AddBackend.
-	Probe func(id string) bool
 
 	pool     chan pooled // started, warmed, unclaimed sandboxes
 	met      *metrics    // see metrics.go
 	poolWake chan struct{}
 	poolDone sync.WaitGroup
 
-	mu      sync.Mutex
-	handles map[string]backend.Handle
-	clients map[string]*agentclient.Client
-	links   map[string]*network.Link
-	running int
+	mu        sync.Mutex
+	sandboxes map[string]*live // see live.go; len is how many run
 
 	portOnce sync.Once
 	ports    *http.Transport // see PortTransport
 
-	// Net, if set, gives sandboxes their network (see network.go); without
-	// it every sandbox has loopback only.
-	Net *network.Manager
-
-	// OnEnd, if set, is called once when a sandbox reaches a terminal state
-	// (for audit and metrics). It must not block.
-	OnEnd func(sb store.Sandbox)
-	// OnEvent, if set, receives resource events (OOM kills) of running
-	// sandboxes, for audit and metrics.
-	OnEvent func(id string, ev backend.Event)
-	// AfterStart, if set, runs once a created sandbox is running, before
-	// Create returns (the daemon hands it its credential grants).
-	AfterStart func(ctx context.Context, sb store.Sandbox)
 }
 
 // New builds a manager.
@@ -155,7 +149,7 @@ func New(cfg Config, st store.Store, b backend.Backend, tmpl Templates, log *slo
 	}
 	return &Manager{cfg: cfg, st: st, b: b, tmpl: tmpl, log: log, backends: map[string]backend.Backend{b.ID(): b},
 		pool: make(chan pooled, max(cfg.PoolSize, 0)), poolWake: make(chan struct{}, 1), met: newMetrics(),
-		handles: map[string]backend.Handle{}, clients: map[string]*agentclient.Client{}, links: map[string]*network.Link{}}
+		sandboxes: map[string]*live{}}
 }
 
 // AddBackend makes another backend available to CreateRequest.Isolation,
@@ -216,77 +210,12 @@ func NewID() string {
 	return "sb-" + string(b)
 }
 
-func (m *Manager) validate(req *CreateRequest) error {
-	if req.Template == "" {
-		req.Template = template.BaseName
-	}
-	if req.Timeout == 0 {
-		req.Timeout = m.cfg.DefaultTimeout
-	}
-	switch {
-	case req.Timeout < time.Second || req.Timeout > m.cfg.MaxTimeout:
-		return fmt.Errorf("%w: timeout must be between 1s and %s", ErrInvalid, m.cfg.MaxTimeout)
-	case req.CPUMillis != 0 && (req.CPUMillis < 100 || req.CPUMillis > 1024*1000):
-		return fmt.Errorf("%w: cpu_millis must be between 100 and 1024000", ErrInvalid)
-	case req.MemoryMB != 0 && (req.MemoryMB < 16 || req.MemoryMB > 1<<20):
-		return fmt.Errorf("%w: memory_mb must be between 16 and 1048576", ErrInvalid)
-	case req.DiskMB != 0 && (req.DiskMB < 16 || req.DiskMB > 1<<20):
-		return fmt.Errorf("%w: disk_mb must be between 16 and 1048576", ErrInvalid)
-	case len(req.Metadata) > 64:
-		return fmt.Errorf("%w: at most 64 metadata keys", ErrInvalid)
-	case len(req.Env) > 256:
-		return fmt.Errorf("%w: at most 256 env variables", ErrInvalid)
-	}
-	for k, v := range req.Metadata {
-		if k == "" || len(k) > 128 || len(v) > 1024 || strings.ContainsAny(k, ",:") {
-			return fmt.Errorf("%w: metadata key %q: keys are 1-128 bytes without ',' or ':', values at most 1024 bytes", ErrInvalid, k)
-		}
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("%w: env name %q is not valid", ErrInvalid, k)
-		}
-	}
-	if req.User != "" && (len(req.User) > 32 || strings.ContainsAny(req.User, ":/\x00\n")) {
-		return fmt.Errorf("%w: user %q is not valid", ErrInvalid, req.User)
-	}
-	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
-		return fmt.Errorf("%w: workdir must be an absolute path", ErrInvalid)
-	}
-	if req.Network != nil {
-		p, err := req.Network.Normalized()
-		if err != nil {
-			return fmt.Errorf("%w: network: %w", ErrInvalid, err)
-		}
-		if p.Mode != network.ModeNone && m.Net == nil {
-			return fmt.Errorf("%w: network mode %s: this daemon has no sandbox networking", ErrInvalid, p.Mode)
-		}
-		req.Network = &p
-	}
-	if req.Isolation == "" {
-		req.Isolation = m.b.ID()
-	}
-	b, ok := m.backend(req.Isolation)
-	if !ok && m.Probe != nil && m.Probe(req.Isolation) {
-		b, ok = m.backend(req.Isolation)
-	}
-	if !ok {
-		return fmt.Errorf("%w: isolation %q is not available on this daemon (available: %s)", ErrInvalid, req.Isolation, strings.Join(m.Backends(), ", "))
-	}
-	if _, ok := b.(backend.Pauser); (req.AutoPause || req.AutoResume) && (!ok || !b.Capabilities().Pause) {
-		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, b.ID())
-	}
-	if req.Network != nil && req.Network.Mode != network.ModeNone {
-		if !hasNetwork(b) {
-			return fmt.Errorf("%w: network mode %s is not available on backend %s (only none)", ErrInvalid, req.Network.Mode, b.ID())
-		}
-	}
-	return nil
-}
-
 // create is Create without its metrics.
 func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
 	if err := m.validate(&req); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := m.checkName(ctx, req.Owner, req.Name); err != nil {
 		return store.Sandbox{}, err
 	}
 	// Hold off template garbage collection until the sandbox's record
@@ -305,34 +234,33 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("template %s: %w", req.Template, err)
 	}
-	m.mu.Lock()
-	if m.cfg.MaxSandboxes > 0 && m.running >= m.cfg.MaxSandboxes {
-		m.mu.Unlock()
-		return store.Sandbox{}, fmt.Errorf("%w: %d sandboxes already running", ErrCapacity, m.running)
+	id := NewID()
+	if err := m.reserve(id); err != nil {
+		return store.Sandbox{}, err
 	}
-	m.running++
-	m.mu.Unlock()
 	started := false
 	defer func() {
 		if !started {
-			m.mu.Lock()
-			m.running--
-			m.mu.Unlock()
+			m.drop(id)
 		}
 	}()
 
 	if p, ok := m.claim(req); ok {
+		m.rekey(id, p.id)
 		sb, err := m.startPooled(ctx, req, p)
 		if err == nil {
 			started = true
 			m.met.hits.Inc()
 			return sb, nil
 		}
+		m.rekey(p.id, id)
+		if errors.Is(err, ErrNameTaken) {
+			return store.Sandbox{}, err // a create that raced for the name won
+		}
 		m.log.Warn("pooled sandbox unusable; booting a new one", "err", err)
 		m.met.misses.Inc()
 	}
 	bk, _ := m.backend(req.Isolation)
-	id := NewID()
 	spec := tm.Spec(id)
 	for k, v := range req.Env {
 		spec.Env[k] = v
@@ -355,17 +283,21 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		spec.Limits.DiskBytes = tm.Limits.DiskBytes
 	}
 	spec.Limits = spec.Limits.WithDefaults()
+	spec.Sudo = !req.NoSudo
 	pol := policyOf(store.Sandbox{Network: networkOf(req)})
 	preNet(bk, &spec, pol)
 	now := time.Now().UTC()
 	sb := store.Sandbox{
-		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateStarting), Owner: req.Owner, Backend: bk.ID(),
+		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), Owner: req.Owner, Backend: bk.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
-		CreatedAt: now, ExpiresAt: now.Add(req.Timeout), EnvdKey: req.EnvdKey,
+		CreatedAt: now, ExpiresAt: now.Add(req.Timeout), EnvdKey: req.EnvdKey, Name: req.Name,
+	}
+	if err := setState(&sb, StateStarting); err != nil {
+		return store.Sandbox{}, err
 	}
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
-		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", asNameTaken(err, req.Name))
 	}
 	release()
 	// Boot even if the caller goes away: the record must end in a real state.
@@ -376,61 +308,53 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	if tm.Start != nil {
 		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return bk.DialAgent(ctx, h) })
-		m.mu.Lock()
-		m.clients[id] = c
-		m.mu.Unlock()
+		m.setClient(id, c) // a kill meanwhile closes it, and runStart fails
 		if err := runStart(ctx, c, tm.Start); err != nil {
 			bk.Delete(bctx, h)
-			m.dropHandle(id)
 			m.finish(bctx, id, StateFailed, err.Error())
 			return store.Sandbox{}, err
 		}
 	}
+	sb, err = m.recordStart(bctx, id, h)
+	if err != nil {
+		bk.Delete(bctx, h)
+		m.drop(id)
+		return store.Sandbox{}, err
+	}
+	started = true
+	go m.watch(id, h)
+	m.forwardEvents(id, h)
+	if m.cfg.AfterStart != nil {
+		m.cfg.AfterStart(bctx, sb)
+	}
+	return sb, nil
+}
+
+// recordStart records that sandbox id booted with handle h: it is
+// running, unless it was killed while it booted (a *StateError then).
+func (m *Manager) recordStart(ctx context.Context, id string, h backend.Handle) (store.Sandbox, error) {
 	raw, _ := json.Marshal(h)
-	sb, err = m.st.UpdateSandbox(bctx, id, func(s *store.Sandbox) error {
-		s.State = string(StateRunning)
+	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
+		if err := setState(s, StateRunning); err != nil {
+			return err
+		}
 		s.StartedAt = time.Now().UTC()
 		s.Handle = raw
 		return nil
 	})
 	if err != nil {
-		bk.Delete(bctx, h)
-		m.dropHandle(id)
-		return store.Sandbox{}, fmt.Errorf("record start: %w", err)
-	}
-	started = true
-	go m.watch(id, h)
-	m.forwardEvents(id, h)
-	if m.AfterStart != nil {
-		m.AfterStart(bctx, sb)
+		return sb, fmt.Errorf("record start: %w", err)
 	}
 	return sb, nil
-}
-
-func (m *Manager) setHandle(id string, h backend.Handle) {
-	m.mu.Lock()
-	m.handles[id] = h
-	m.mu.Unlock()
-}
-
-func (m *Manager) dropHandle(id string) {
-	m.closeNetwork(id)
-	m.mu.Lock()
-	delete(m.handles, id)
-	if c, ok := m.clients[id]; ok {
-		c.Close()
-		delete(m.clients, id)
-	}
-	m.mu.Unlock()
 }
 
 // poolable reports whether req asks for nothing a pooled sandbox lacks.
 func (m *Manager) poolable(req CreateRequest) bool {
 	d := backend.DefaultLimits
-	if _, netnser := m.b.(NetNSer); netnser && req.Network != nil && req.Network.Mode != network.ModeNone {
+	if m.b.Capabilities().Network == backend.NetworkBeforeStart && req.Network != nil && req.Network.Mode != network.ModeNone {
 		return false // a pooled sandbox of such a backend has no network namespace
 	}
-	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" && req.Isolation == m.b.ID() &&
+	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" && req.Isolation == m.b.ID() && !req.NoSudo &&
 		(req.CPUMillis == 0 || req.CPUMillis == d.CPUMillis) &&
 		(req.MemoryMB == 0 || req.MemoryMB<<20 == d.MemoryBytes) &&
 		(req.DiskMB == 0 || req.DiskMB<<20 == d.DiskBytes)
@@ -487,32 +411,33 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 	tm, _ := m.tmpl.Get(template.BaseName)
 	id := p.id
 	sb := store.Sandbox{
-		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), State: string(StateRunning), Owner: req.Owner, Backend: m.b.ID(),
+		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
-		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw, EnvdKey: req.EnvdKey,
+		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw, EnvdKey: req.EnvdKey, Name: req.Name,
+	}
+	m.setHandle(id, m.b, h) // in the place create reserved under p.id
+	m.setClient(id, c)
+	fail := func(err error) (store.Sandbox, error) {
+		m.reset(id) // closes c and the link
+		m.b.Delete(bctx, h)
+		return store.Sandbox{}, err
+	}
+	if err := setState(&sb, StateRunning); err != nil {
+		return fail(err)
 	}
 	// The network first: a failure here leaves no record, and the caller
 	// boots a sandbox instead, as for any unusable pooled one.
 	if err := m.attachNetwork(bctx, id, h, policyOf(sb)); err != nil {
-		c.Close()
-		m.b.Delete(bctx, h)
-		return store.Sandbox{}, err
+		return fail(err)
 	}
 	if err := m.st.CreateSandbox(bctx, sb); err != nil {
-		m.closeNetwork(id)
-		c.Close()
-		m.b.Delete(bctx, h)
-		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+		return fail(fmt.Errorf("record sandbox: %w", asNameTaken(err, req.Name)))
 	}
-	m.mu.Lock()
-	m.handles[id] = h
-	m.clients[id] = c
-	m.mu.Unlock()
 	go m.watch(id, h)
 	m.forwardEvents(id, h)
-	if m.AfterStart != nil {
-		m.AfterStart(bctx, sb)
+	if m.cfg.AfterStart != nil {
+		m.cfg.AfterStart(bctx, sb)
 	}
 	return sb, nil
 }
@@ -597,6 +522,7 @@ func (m *Manager) prestart(ctx context.Context) (pooled, error) {
 	spec := tm.Spec("pool-" + strings.TrimPrefix(id, "sb-"))
 	spec.Hostname = id
 	spec.Limits = backend.DefaultLimits
+	spec.Sudo = true // sudo is on by default; a create with NoSudo is not poolable
 	bctx := context.WithoutCancel(ctx)
 	h, err := m.b.Create(bctx, spec)
 	if err != nil {
@@ -644,7 +570,7 @@ func (m *Manager) watch(id string, h backend.Handle) {
 	if sb, err := m.st.GetSandbox(context.Background(), id); err == nil && !State(sb.State).Terminal() && State(sb.State) != StateStopping {
 		m.log.Warn("sandbox ended by itself", "sandbox", id, "reason", reason)
 	}
-	m.kill(context.Background(), id, StateStopped, reason, false)
+	m.kill(context.Background(), id, reason)
 }
 
 // Get returns a sandbox.
@@ -664,8 +590,8 @@ func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]store.Sand
 // SetTimeout sets a running sandbox's expiry to now + d; a paused sandbox
 // gets d when it is resumed (its countdown does not run while paused).
 func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (store.Sandbox, error) {
-	if d < time.Second || d > m.cfg.MaxTimeout {
-		return store.Sandbox{}, fmt.Errorf("%w: timeout must be between 1s and %s", ErrInvalid, m.cfg.MaxTimeout)
+	if err := m.CheckTimeout(d); err != nil {
+		return store.Sandbox{}, err
 	}
 	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State).Terminal() {
@@ -688,10 +614,13 @@ func (m *Manager) killByID(ctx context.Context, id, reason string) error {
 	if _, err := m.Get(ctx, id); err != nil {
 		return err
 	}
-	return m.kill(ctx, id, StateStopped, reason, true)
+	return m.kill(ctx, id, reason)
 }
 
-func (m *Manager) kill(ctx context.Context, id string, final State, reason string, deleteBackend bool) error {
+// kill marks a sandbox stopping, deletes it from its backend and records it
+// stopped with reason. A sandbox already stopping is left to the call that
+// made it so.
+func (m *Manager) kill(ctx context.Context, id string, reason string) error {
 	ctx = context.WithoutCancel(ctx)
 	prev := State("")
 	_, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
@@ -699,8 +628,7 @@ func (m *Manager) kill(ctx context.Context, id string, final State, reason strin
 		if prev.Terminal() || prev == StateStopping {
 			return nil
 		}
-		s.State = string(StateStopping)
-		return nil
+		return setState(s, StateStopping)
 	})
 	if err != nil {
 		return fmt.Errorf("mark stopping: %w", err)
@@ -708,54 +636,60 @@ func (m *Manager) kill(ctx context.Context, id string, final State, reason strin
 	if prev.Terminal() || prev == StateStopping {
 		return nil
 	}
-	m.mu.Lock()
-	h, ok := m.handles[id]
-	m.mu.Unlock()
-	if ok {
-		if err := m.bk(h).Delete(ctx, h); err != nil {
-			m.log.Error("delete sandbox", "sandbox", id, "err", err)
-		}
-	}
-	m.dropHandle(id)
-	m.finish(ctx, id, final, reason)
+	m.stop(ctx, id, reason)
 	return nil
 }
 
-// finish moves a sandbox to a terminal state.
+// stop deletes a stopping sandbox from its backend and records it stopped.
+func (m *Manager) stop(ctx context.Context, id string, reason string) {
+	if l, ok := m.lookup(id); ok {
+		if err := l.b.Delete(ctx, l.h); err != nil {
+			m.log.Error("delete sandbox", "sandbox", id, "err", err)
+		}
+	}
+	m.finish(ctx, id, StateStopped, reason)
+}
+
+// finish forgets a sandbox whose host resources are gone (or were never
+// made) and moves its record to the terminal state final. A record already
+// terminal keeps its end; one the lifecycle does not let become final (a
+// boot failing while a kill stops the sandbox) is left to the other call.
 func (m *Manager) finish(ctx context.Context, id string, final State, reason string) {
-	m.closeNetwork(id)
+	m.drop(id)
 	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State).Terminal() {
 			return nil
 		}
-		if State(s.State) == StateRunning || State(s.State) == StateStopping || State(s.State) == StatePaused {
-			m.mu.Lock()
-			m.running--
-			m.mu.Unlock()
+		if err := setState(s, final); err != nil {
+			return err
 		}
-		s.State = string(final)
 		s.EndedAt = time.Now().UTC()
 		s.EndReason = reason
 		return nil
 	})
+	var se *StateError
+	if errors.As(err, &se) {
+		m.log.Info("sandbox end not recorded: another call ends it", "sandbox", id, "end", final, "err", err)
+		return
+	}
 	if err != nil {
 		m.log.Error("record sandbox end", "sandbox", id, "err", err)
 		return
 	}
-	if m.OnEnd != nil {
-		m.OnEnd(sb)
+	if m.cfg.OnEnd != nil {
+		m.cfg.OnEnd(sb)
 	}
 }
 
 // pause is Pause without its metrics.
 func (m *Manager) pause(ctx context.Context, id string) (store.Sandbox, error) {
-	h, err := m.handle(ctx, id, StateRunning)
+	l, err := m.liveIn(ctx, id, StateRunning)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	b := m.bk(h)
+	h, b := l.h, l.b
 	p, ok := b.(backend.Pauser)
-	if !ok || !b.Capabilities().Pause {
+	if !b.Capabilities().Pause || !ok {
 		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, b.ID())
 	}
 	if err := p.Pause(ctx, h); err != nil {
@@ -766,11 +700,14 @@ func (m *Manager) pause(ctx context.Context, id string) (store.Sandbox, error) {
 		if State(s.State) != StateRunning {
 			return &StateError{ID: id, State: State(s.State), Want: string(StateRunning)}
 		}
-		s.State = string(StatePaused)
+		if err := setState(s, StatePaused); err != nil {
+			return err
+		}
 		// The countdown stops: a resume gives back what was left, or the
 		// whole timeout when less was (a sandbox paused at its timeout
 		// would otherwise be killed at once).
 		s.Lifecycle.ResumeTimeout = max(time.Until(s.ExpiresAt), s.Lifecycle.Timeout, time.Second).Round(time.Second)
+		s.Lifecycle.PausedAt = time.Now().UTC()
 		return nil
 	})
 	if err != nil {
@@ -781,21 +718,19 @@ func (m *Manager) pause(ctx context.Context, id string) (store.Sandbox, error) {
 
 // resume is Resume without its metrics.
 func (m *Manager) resume(ctx context.Context, id string) (store.Sandbox, error) {
-	h, err := m.handle(ctx, id, StatePaused)
+	l, err := m.liveIn(ctx, id, StatePaused)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	p, ok := m.bk(h).(backend.Pauser)
-	if !ok {
+	h := l.h
+	p, ok := l.b.(backend.Pauser)
+	if !l.b.Capabilities().Pause || !ok {
 		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause", backend.ErrUnsupported, h.Backend)
 	}
 	// A kernel restored from a checkpoint reads its devices again (gvisor):
 	// give them back the addresses it took at boot.
-	m.mu.Lock()
-	l := m.links[id]
-	m.mu.Unlock()
-	if l != nil {
-		if err := l.Readdress(); err != nil {
+	if l.link != nil {
+		if err := l.link.Readdress(); err != nil {
 			return store.Sandbox{}, fmt.Errorf("resume: network: %w", err)
 		}
 	}
@@ -804,7 +739,9 @@ func (m *Manager) resume(ctx context.Context, id string) (store.Sandbox, error) 
 	}
 	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
 		if State(s.State) == StatePaused {
-			s.State = string(StateRunning)
+			if err := setState(s, StateRunning); err != nil {
+				return err
+			}
 			// A paused sandbox does not time out; resumed, it counts down
 			// from where the pause froze it (Lifecycle.ResumeTimeout). A
 			// sandbox paused before that was recorded gets its timeout
@@ -817,6 +754,7 @@ func (m *Manager) resume(ctx context.Context, id string) (store.Sandbox, error) 
 				}
 			}
 			s.Lifecycle.ResumeTimeout = 0
+			s.Lifecycle.PausedAt = time.Time{}
 		}
 		return nil
 	})
@@ -833,7 +771,7 @@ func networkOf(req CreateRequest) json.RawMessage {
 
 // lifecycleOf is the stored lifecycle of a create request.
 func lifecycleOf(req CreateRequest) store.Lifecycle {
-	return store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout}
+	return store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout, NoSudo: req.NoSudo}
 }
 
 // Wake resumes sb if it is paused and was created with AutoResume, and
@@ -852,27 +790,27 @@ func (m *Manager) Wake(ctx context.Context, sb store.Sandbox) (store.Sandbox, er
 	return woken, err
 }
 
-func (m *Manager) handle(ctx context.Context, id string, want State) (backend.Handle, error) {
+// liveIn returns what the manager holds for sandbox id if its record is in
+// state want.
+func (m *Manager) liveIn(ctx context.Context, id string, want State) (live, error) {
 	sb, err := m.Get(ctx, id)
 	if err != nil {
-		return backend.Handle{}, err
+		return live{}, err
 	}
-	return m.handleOf(sb, want)
+	return m.liveOf(sb, want)
 }
 
-// handleOf returns the live handle of sb if it is in state want.
-func (m *Manager) handleOf(sb store.Sandbox, want State) (backend.Handle, error) {
+// liveOf returns what the manager holds for sb if it is in state want.
+func (m *Manager) liveOf(sb store.Sandbox, want State) (live, error) {
 	id := sb.ID
 	if State(sb.State) != want {
-		return backend.Handle{}, &StateError{ID: id, State: State(sb.State), Want: string(want)}
+		return live{}, &StateError{ID: id, State: State(sb.State), Want: string(want)}
 	}
-	m.mu.Lock()
-	h, ok := m.handles[id]
-	m.mu.Unlock()
+	l, ok := m.lookup(id)
 	if !ok {
-		return backend.Handle{}, &StateError{ID: id, State: State(sb.State), Want: string(want) + " on this daemon"}
+		return live{}, &StateError{ID: id, State: State(sb.State), Want: string(want) + " on this daemon"}
 	}
-	return h, nil
+	return l, nil
 }
 
 // Usage reads a running sandbox's resource usage.
@@ -881,13 +819,11 @@ func (m *Manager) Usage(ctx context.Context, id string) (backend.Usage, error) {
 	if err != nil {
 		return backend.Usage{}, err
 	}
-	m.mu.Lock()
-	h, ok := m.handles[id]
-	m.mu.Unlock()
+	l, ok := m.lookup(id)
 	if !ok {
 		return backend.Usage{}, &StateError{ID: id, State: State(sb.State), Want: "running"}
 	}
-	return m.bk(h).Usage(ctx, h)
+	return l.b.Usage(ctx, l.h)
 }
 
 // Agent returns the client of a running sandbox's agent. Clients are shared
@@ -913,19 +849,20 @@ func (m *Manager) AgentFor(sb store.Sandbox) (*agentclient.Client, error) {
 		}
 		sb = woken
 	}
-	h, err := m.handleOf(sb, StateRunning)
-	if err != nil {
+	if _, err := m.liveOf(sb, StateRunning); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c, ok := m.clients[id]; ok {
-		return c, nil
+	l, ok := m.sandboxes[id]
+	if !ok || !l.booted() {
+		return nil, &StateError{ID: id, State: State(sb.State), Want: string(StateRunning) + " on this daemon"}
 	}
-	b := m.bk(h)
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.DialAgent(ctx, h) })
-	m.clients[id] = c
-	return c, nil
+	if l.client == nil {
+		b, h := l.b, l.h
+		l.client = agentclient.New(func(ctx context.Context) (net.Conn, error) { return b.DialAgent(ctx, h) })
+	}
+	return l.client, nil
 }
 
 // Recover re-attaches every sandbox the store says is live, after a daemon
@@ -970,12 +907,10 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 		m.finish(ctx, sb.ID, StateLost, "daemon restart: "+err.Error())
 		return false
 	}
-	m.setHandle(sb.ID, h)
-	m.mu.Lock()
-	m.running++
-	m.mu.Unlock()
+	m.adopt(sb.ID, b, h)
 	if State(sb.State) == StateStopping {
-		m.kill(ctx, sb.ID, StateStopped, "killed (completed after a daemon restart)", true)
+		// The old daemon was killing it: finish that.
+		m.stop(ctx, sb.ID, "killed (completed after a daemon restart)")
 		return true
 	}
 	m.reconcile(ctx, sb, b, h)
@@ -1006,7 +941,7 @@ func (m *Manager) reconcile(ctx context.Context, sb store.Sandbox, b backend.Bac
 	if State(sb.State) == want {
 		return
 	}
-	m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
+	_, err := m.st.UpdateSandbox(ctx, sb.ID, func(s *store.Sandbox) error {
 		cur := State(s.State)
 		if cur != StateStarting && cur != StateRunning && cur != StatePaused {
 			return nil
@@ -1019,18 +954,22 @@ func (m *Manager) reconcile(ctx context.Context, sb store.Sandbox, b backend.Bac
 				}
 			}
 		}
-		if cur != want {
-			m.log.Info("sandbox state corrected after restart", "sandbox", sb.ID, "recorded", cur, "backend", want)
+		if cur == want {
+			return nil
 		}
-		s.State = string(want)
-		return nil
+		m.log.Info("sandbox state corrected after restart", "sandbox", sb.ID, "recorded", cur, "backend", want)
+		return setState(s, want)
 	})
+	if err != nil {
+		m.log.Warn("correct sandbox state after restart", "sandbox", sb.ID, "err", err)
+	}
 }
 
 // forwardEvents passes the backend's resource events to OnEvent.
 func (m *Manager) forwardEvents(id string, h backend.Handle) {
-	ev, ok := m.bk(h).(backend.Eventer)
-	if !ok {
+	b := m.bk(h)
+	ev, ok := b.(backend.Eventer)
+	if !b.Capabilities().Events || !ok {
 		return
 	}
 	ch, err := ev.Events(context.Background(), h)
@@ -1044,8 +983,8 @@ func (m *Manager) forwardEvents(id string, h backend.Handle) {
 			if e.Kind == "oom" {
 				m.met.oom.WithLabelValues(h.Backend).Inc()
 			}
-			if m.OnEvent != nil {
-				m.OnEvent(id, e)
+			if m.cfg.OnEvent != nil {
+				m.cfg.OnEvent(id, e)
 			}
 		}
 	}()
@@ -1066,14 +1005,8 @@ func (m *Manager) Run(ctx context.Context) {
 }
 
 func (m *Manager) reapExpired(ctx context.Context) {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.handles))
-	for id := range m.handles {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
 	now := time.Now()
-	for _, id := range ids {
+	for _, id := range m.liveIDs() {
 		sb, err := m.st.GetSandbox(ctx, id)
 		// Paused sandboxes do not time out (they hold no CPU; Resume
 		// grants a fresh timeout).
@@ -1089,7 +1022,7 @@ func (m *Manager) reapExpired(ctx context.Context) {
 			}
 		}
 		m.log.Info("sandbox timed out", "sandbox", id)
-		m.kill(ctx, id, StateStopped, "timeout", true)
+		m.kill(ctx, id, "timeout")
 	}
 }
 
@@ -1099,9 +1032,11 @@ func (m *Manager) Shutdown() {
 	m.poolDone.Wait() // the pool goroutine drains the pool when its context ends
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, c := range m.clients {
-		c.Close()
-		delete(m.clients, id)
+	for _, l := range m.sandboxes {
+		if l.client != nil {
+			l.client.Close()
+			l.client = nil
+		}
 	}
 }
 

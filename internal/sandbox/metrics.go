@@ -85,11 +85,8 @@ func (m *Manager) Collectors() []prometheus.Collector {
 // isolationOf is the backend id of a sandbox the manager holds a handle for,
 // else the default backend's.
 func (m *Manager) isolationOf(id string) string {
-	m.mu.Lock()
-	h, ok := m.handles[id]
-	m.mu.Unlock()
-	if ok && h.Backend != "" {
-		return h.Backend
+	if l, ok := m.lookup(id); ok && l.h.Backend != "" {
+		return l.h.Backend
 	}
 	return m.b.ID()
 }
@@ -222,8 +219,8 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		m.mu.Lock()
 		for _, sb := range page {
-			if h, ok := m.handles[sb.ID]; ok {
-				targets = append(targets, target{sb, h})
+			if l, ok := m.sandboxes[sb.ID]; ok && l.booted() {
+				targets = append(targets, target{sb, l.h})
 			}
 		}
 		m.mu.Unlock()

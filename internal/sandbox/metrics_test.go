@@ -35,7 +35,7 @@ type fakeBackend struct {
 
 func (f *fakeBackend) ID() string { return "fake" }
 func (f *fakeBackend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Pause: true}
+	return backend.Capabilities{Pause: true, Events: true}
 }
 func (f *fakeBackend) Usage(_ context.Context, h backend.Handle) (backend.Usage, error) {
 	f.mu.Lock()
@@ -79,7 +79,7 @@ func addLive(t *testing.T, m *Manager, st store.Store, id string, state State) {
 		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	m.setHandle(id, backend.Handle{Backend: "fake", ID: "h-" + id})
+	m.adopt(id, m.b, backend.Handle{Backend: "fake", ID: "h-" + id})
 }
 
 func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {

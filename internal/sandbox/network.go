@@ -3,43 +3,22 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
-// PIDer is implemented by backends whose sandboxes have a host process in
-// the sandbox's network namespace (native: the agent, PID 1 inside), which
-// the network manager attaches the sandbox's link to.
-type PIDer interface {
-	PID(ctx context.Context, h backend.Handle) (int, error)
-}
-
-// NetNSer is implemented by backends whose sandbox kernel reads its network
-// devices when it boots (gvisor): a sandbox created with Spec.Network has a
-// network namespace of its own, which the network manager sets up between
-// Create and Start. NetNS returns it (an fd the caller owns), or an error
-// for a sandbox created without one.
-type NetNSer interface {
-	NetNS(ctx context.Context, h backend.Handle) (*os.File, error)
-}
-
 // hasNetwork reports whether backend b can give a sandbox a network.
-func hasNetwork(b backend.Backend) bool {
-	_, pider := b.(PIDer)
-	_, netnser := b.(NetNSer)
-	return pider || netnser
-}
+func hasNetwork(b backend.Backend) bool { return b.Capabilities().Networked() }
 
 // preNet asks, in spec, for a network namespace that the link is put in
 // before the start, when backend b's kernel reads its devices at boot and
 // policy p gives the sandbox a network.
 func preNet(b backend.Backend, spec *backend.Spec, p network.Policy) {
-	if _, ok := b.(NetNSer); ok && p.Mode != "" && p.Mode != network.ModeNone {
+	if b.Capabilities().Network == backend.NetworkBeforeStart && p.Mode != "" && p.Mode != network.ModeNone {
 		spec.Network, spec.ResolvConf = true, network.ResolvConf
 	}
 }
@@ -56,12 +35,13 @@ func (m *Manager) boot(ctx context.Context, id string, b backend.Backend, spec b
 		m.finish(ctx, id, StateFailed, why+err.Error())
 		return h, err
 	}
-	m.setHandle(id, h) // a kill during the boot finds it
 	fail := func(err error) (backend.Handle, error) {
 		b.Delete(ctx, h)
-		m.dropHandle(id)
 		m.finish(ctx, id, StateFailed, why+err.Error())
 		return h, err
+	}
+	if !m.setHandle(id, b, h) { // from now on a kill finds it
+		return fail(killedBooting(id))
 	}
 	if spec.Network {
 		if err := m.attachNetwork(ctx, id, h, p); err != nil {
@@ -73,7 +53,9 @@ func (m *Manager) boot(ctx context.Context, id string, b backend.Backend, spec b
 		return fail(err)
 	}
 	h = started
-	m.setHandle(id, h)
+	if !m.setHandle(id, b, h) {
+		return fail(killedBooting(id))
+	}
 	if !spec.Network {
 		if err := m.attachNetwork(ctx, id, h, p); err != nil {
 			return fail(err)
@@ -82,9 +64,14 @@ func (m *Manager) boot(ctx context.Context, id string, b backend.Backend, spec b
 	return h, nil
 }
 
+// killedBooting is boot's error for a sandbox killed while it booted.
+func killedBooting(id string) error {
+	return fmt.Errorf("killed while it started: %w", &StateError{ID: id, State: StateStopped, Want: string(StateStarting)})
+}
+
 // ErrNoNetwork is returned for network calls on a daemon or backend
 // without sandbox networking.
-var ErrNoNetwork = errors.New("sandbox networking is not available")
+var ErrNoNetwork = errkind.Sentinel(errkind.Invalid, "sandbox networking is not available", errkind.WithDetail)
 
 // policyOf decodes a stored policy (empty: none).
 func policyOf(sb store.Sandbox) network.Policy {
@@ -101,13 +88,19 @@ func policyOf(sb store.Sandbox) network.Policy {
 // attachNetwork gives a started sandbox its network link with policy p.
 // Without a network manager, only mode none is possible.
 func (m *Manager) attachNetwork(ctx context.Context, id string, h backend.Handle, p network.Policy) error {
-	if m.Net == nil {
+	if m.cfg.Net == nil {
 		if p.Mode != "" && p.Mode != network.ModeNone {
 			return fmt.Errorf("%w: this daemon has no network manager", ErrNoNetwork)
 		}
 		return nil
 	}
-	if nn, ok := m.bk(h).(NetNSer); ok {
+	b := m.bk(h)
+	switch b.Capabilities().Network {
+	case backend.NetworkBeforeStart:
+		nn, ok := b.(backend.NetNSer)
+		if !ok {
+			return fmt.Errorf("%w: backend %s declares a network namespace it does not give", ErrNoNetwork, h.Backend)
+		}
 		ns, err := nn.NetNS(ctx, h)
 		if err != nil {
 			if p.Mode == "" || p.Mode == network.ModeNone {
@@ -115,50 +108,30 @@ func (m *Manager) attachNetwork(ctx context.Context, id string, h backend.Handle
 			}
 			return fmt.Errorf("%w: a %s sandbox gets a network only when created with one (%v)", ErrNoNetwork, h.Backend, err)
 		}
-		l, err := m.Net.AttachNetNS(ctx, id, ns, p)
+		l, err := m.cfg.Net.AttachNetNS(ctx, id, ns, p)
 		if err != nil {
 			return fmt.Errorf("attach network: %w", err)
 		}
-		m.mu.Lock()
-		if old, ok := m.links[id]; ok && old != l {
-			old.Close()
+		return m.setLink(id, l)
+	case backend.NetworkAfterStart:
+		pider, ok := b.(backend.PIDer)
+		if !ok {
+			return fmt.Errorf("%w: backend %s declares a network it does not give", ErrNoNetwork, h.Backend)
 		}
-		m.links[id] = l
-		m.mu.Unlock()
-		return nil
-	}
-	pider, ok := m.bk(h).(PIDer)
-	if !ok {
+		pid, err := pider.PID(ctx, h)
+		if err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+		l, err := m.cfg.Net.Attach(ctx, id, pid, p)
+		if err != nil {
+			return fmt.Errorf("attach network: %w", err)
+		}
+		return m.setLink(id, l)
+	default:
 		if p.Mode != "" && p.Mode != network.ModeNone {
 			return fmt.Errorf("%w on backend %s", ErrNoNetwork, h.Backend)
 		}
 		return nil
-	}
-	pid, err := pider.PID(ctx, h)
-	if err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	l, err := m.Net.Attach(ctx, id, pid, p)
-	if err != nil {
-		return fmt.Errorf("attach network: %w", err)
-	}
-	m.mu.Lock()
-	if old, ok := m.links[id]; ok {
-		old.Close()
-	}
-	m.links[id] = l
-	m.mu.Unlock()
-	return nil
-}
-
-// closeNetwork ends a sandbox's link.
-func (m *Manager) closeNetwork(id string) {
-	m.mu.Lock()
-	l, ok := m.links[id]
-	delete(m.links, id)
-	m.mu.Unlock()
-	if ok {
-		l.Close()
 	}
 }
 
@@ -172,11 +145,8 @@ type NetworkStatus struct {
 // traffic counters.
 func (m *Manager) Network(sb store.Sandbox) NetworkStatus {
 	st := NetworkStatus{Policy: policyOf(sb)}
-	m.mu.Lock()
-	l, ok := m.links[sb.ID]
-	m.mu.Unlock()
-	if ok {
-		s := l.Stats()
+	if l, ok := m.lookup(sb.ID); ok && l.link != nil {
+		s := l.link.Stats()
 		st.Stats = &s
 	}
 	return st
@@ -196,17 +166,14 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p network.Policy) (
 	if s := State(sb.State); s != StateRunning && s != StatePaused {
 		return sb, &StateError{ID: id, State: s, Want: string(StateRunning)}
 	}
-	m.mu.Lock()
-	l, ok := m.links[id]
-	h, hok := m.handles[id]
-	m.mu.Unlock()
+	l, ok := m.lookup(id)
 	switch {
-	case ok:
-		if err := l.SetPolicy(p); err != nil {
+	case ok && l.link != nil:
+		if err := l.link.SetPolicy(p); err != nil {
 			return sb, fmt.Errorf("set network policy: %w", err)
 		}
-	case hok:
-		if err := m.attachNetwork(ctx, id, h, p); err != nil {
+	case ok:
+		if err := m.attachNetwork(ctx, id, l.h, p); err != nil {
 			return sb, err
 		}
 	default:

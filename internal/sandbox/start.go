@@ -3,13 +3,13 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
+	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/template"
 )
 
@@ -22,7 +22,7 @@ const (
 
 // ErrNotReady is returned when a template's start command exits or its
 // ready check does not pass in time; the message carries the output.
-var ErrNotReady = errors.New("sandbox did not become ready")
+var ErrNotReady = errkind.Sentinel(errkind.Invalid, "sandbox did not become ready", errkind.WithDetail)
 
 // tail keeps the last max bytes written to it.
 type tail struct {

@@ -27,7 +27,9 @@ import (
 type Store interface {
 	// CreateSandbox inserts a new sandbox. The ID must be unique
 	// (ErrConflict otherwise) and Owner must name an existing principal
-	// (ErrNotFound otherwise).
+	// (ErrNotFound otherwise). A non-empty Name must not be used by
+	// another live sandbox of the same owner (ErrNameInUse otherwise; see
+	// Sandbox.Name).
 	CreateSandbox(ctx context.Context, sb Sandbox) error
 
 	// GetSandbox returns the sandbox with the given ID or ErrNotFound.
@@ -118,6 +120,9 @@ type Store interface {
 	// It stops at the first error fn returns and returns it.
 	WalkAudit(ctx context.Context, fn func(AuditEvent) error) error
 
+	// GovernStore holds governance policies and approvals (govern.go).
+	GovernStore
+
 	// Close releases the store's resources.
 	Close() error
 }
@@ -134,12 +139,23 @@ type Lifecycle struct {
 	// when resumed: its countdown, frozen at the pause (at least Timeout).
 	// Zero when it is not paused.
 	ResumeTimeout time.Duration `json:"resume_timeout_ns,omitempty"`
+	// PausedAt, while the sandbox is paused, is when it was paused; zero
+	// when it is not paused (or was paused before this was recorded).
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	// NoSudo: the sandbox was created with sudo off (CreateRequest.NoSudo).
+	NoSudo bool `json:"no_sudo,omitempty"`
 }
 
 // Sandbox is the stored form of a sandbox. State is opaque to the store;
 // internal/sandbox owns the state machine.
 type Sandbox struct {
-	ID         string
+	ID string
+	// Name is an optional name chosen by the owner ("" for none). Among
+	// the live sandboxes of one owner (every state but stopped, failed
+	// and lost) a name is unique; the store enforces that as well, so a
+	// store that implements it knows those three states. Its syntax is
+	// internal/sandbox's (ValidName).
+	Name       string
 	Template   string
 	TemplateID string // content id of the template version it booted from
 	Lifecycle  Lifecycle
@@ -181,6 +197,7 @@ type Sandbox struct {
 // everything.
 type SandboxFilter struct {
 	Owner    string            // only sandboxes of this principal
+	Name     string            // only sandboxes with this name
 	States   []string          // any of these states
 	Metadata map[string]string // every key must be present with this value
 	// Limit is the page size; <= 0 means DefaultPageSize, larger than

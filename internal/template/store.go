@@ -19,18 +19,20 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/safefile"
 )
 
-// Errors of the store.
+// Errors of the store. They carry their kind (internal/errkind); the detail
+// written after them (fmt.Errorf("%w: ...", ErrBuiltin)) is shown to callers.
 var (
-	ErrBuiltin     = errors.New("built-in template")
-	ErrInvalidName = errors.New("invalid template name")
+	ErrBuiltin     = errkind.Sentinel(errkind.Conflict, "built-in template", errkind.WithDetail)
+	ErrInvalidName = errkind.Sentinel(errkind.Invalid, "invalid template name", errkind.WithDetail)
 	// ErrNotOwner refuses a change to a tag the caller does not own: one
 	// another principal created, or a shared one (owner none: built-in,
 	// created by an admin, or older than tag ownership) that only admins
 	// change.
-	ErrNotOwner = errors.New("template tag is not yours")
+	ErrNotOwner = errkind.Sentinel(errkind.Forbidden, "template tag is not yours", errkind.WithDetail)
 )
 
 // Actor is who changes a tag: the principal, and whether it holds the

@@ -46,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/errkind"
 )
 
 // baseVersion names the layout the builder produces. Bump it whenever the
@@ -313,4 +314,4 @@ func syncDir(path string) error {
 }
 
 // ErrUnknown is returned for a template name the registry does not know.
-var ErrUnknown = errors.New("unknown template")
+var ErrUnknown = errkind.New(errkind.Invalid, "unknown template")

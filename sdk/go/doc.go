@@ -14,6 +14,12 @@
 //
 //	c, err := warden.New(warden.WithBaseURL("unix:///run/warden/wardend.sock"))
 //
+// # Sandbox names
+//
+// A sandbox created with [CreateSandboxRequest.Name] can be named instead of its ID in
+// every method that takes a sandbox id, while it is live: the daemon resolves the name
+// among the caller's sandboxes. IDs start with "sb-" and names never do.
+//
 // # Errors
 //
 // Failed calls return an error that wraps a [*Error] carrying the HTTP status, the stable

@@ -31,10 +31,19 @@ type TemplateManifest struct {
 	User    string            `json:"user"`
 	Workdir string            `json:"workdir"`
 	Start   *TemplateStart    `json:"start,omitempty"`
+	Limits  *TemplateLimits   `json:"limits,omitempty"`
 	Expose  []string          `json:"expose,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
 	Source  string            `json:"source"`
 	Created time.Time         `json:"created"`
+}
+
+// TemplateLimits are a template's resource defaults; zero fields take the
+// daemon's.
+type TemplateLimits struct {
+	CPUMillis   int64 `json:"cpu_millis,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	DiskBytes   int64 `json:"disk_bytes,omitempty"`
 }
 
 // TemplateLayer is one layer of a template, stacked at Target.

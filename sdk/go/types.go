@@ -31,7 +31,10 @@ func (s SandboxState) Terminal() bool {
 
 // Sandbox is the Sandbox schema.
 type Sandbox struct {
-	ID        string            `json:"id"`
+	ID string `json:"id"`
+	// Name is the name its owner gave the sandbox ("" for none): usable wherever its ID
+	// is while the sandbox is live.
+	Name      string            `json:"name"`
 	Template  string            `json:"template"`
 	State     SandboxState      `json:"state"`
 	Owner     string            `json:"owner"`
@@ -60,6 +63,8 @@ type Sandbox struct {
 	// AutoPause and AutoResume are the sandbox's lifecycle (see CreateSandboxRequest).
 	AutoPause  bool `json:"auto_pause"`
 	AutoResume bool `json:"auto_resume"`
+	// Sudo reports whether the sandbox's processes may use sudo.
+	Sudo bool `json:"sudo"`
 	// Network is the sandbox's network policy.
 	Network NetworkPolicy `json:"network"`
 }
@@ -67,6 +72,10 @@ type Sandbox struct {
 // CreateSandboxRequest is the body of [Client.CreateSandbox]. Zero fields take the daemon's
 // defaults.
 type CreateSandboxRequest struct {
+	// Name is an optional name, usable wherever the sandbox's ID is while it is live: 1 to
+	// 63 lowercase letters, digits and '-', starting and ending with a letter or digit, not
+	// starting with "sb-". Unique among the owner's live sandboxes (409 conflict when in use).
+	Name     string `json:"name,omitempty"`
 	Template string `json:"template,omitempty"`
 	// Isolation is the backend: "native" or "gvisor" (gVisor's user-space kernel, which
 	// pauses to disk and can fork). Empty: the daemon's default.
@@ -87,6 +96,10 @@ type CreateSandboxRequest struct {
 	AutoPause bool `json:"auto_pause,omitempty"`
 	// AutoResume resumes a paused sandbox when a call (exec, files, code) reaches it.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// Sudo, when set to false, leaves sudo out of the sandbox; nil or true lets its
+	// processes run commands as root with sudo (through the agent; sandbox root has no
+	// capabilities).
+	Sudo *bool `json:"sudo,omitempty"`
 	// Network is the sandbox's network policy; nil means none (loopback only).
 	Network *NetworkPolicy `json:"network,omitempty"`
 }
@@ -99,6 +112,9 @@ type ForkRequest struct {
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 	// Metadata is added to the source's (which gains forked_from=<source id>).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Name is the fork's name (as [CreateSandboxRequest.Name]); only with Count 1. A fork
+	// without one has none.
+	Name string `json:"name,omitempty"`
 }
 
 // ListOptions filters and pages [Client.ListSandboxes].
@@ -371,6 +387,11 @@ const (
 	ScopeKeysManage      = "keys:manage"
 	ScopeAuditRead       = "audit:read"
 	ScopeMetricsRead     = "metrics:read" // GET /metrics
+	// Governance: policies:write and approvals:decide are never held by an
+	// agent principal, not even through admin.
+	ScopePoliciesRead    = "policies:read"
+	ScopePoliciesWrite   = "policies:write"
+	ScopeApprovalsDecide = "approvals:decide"
 	ScopeAdmin           = "admin"
 )
 

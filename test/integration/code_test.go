@@ -70,7 +70,7 @@ func TestCodeInterpreter(t *testing.T) {
 
 	t.Run("Matplotlib", func(t *testing.T) {
 		if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
-			t.Skip("SKIP: python3-matplotlib is not installed on the host, whose /usr the base template shares (scripts/install-deps.sh installs it)")
+			t.Fatal("python3-matplotlib is not installed on the host, whose /usr the base template shares (scripts/install-deps.sh installs it)")
 		}
 		ex := runCode(t, warden.RunCodeRequest{Code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([0, 1, 2], [2, 1, 3])\nplt.show()"})
 		ok(t, ex)
@@ -155,7 +155,7 @@ func TestCodeInterpreter(t *testing.T) {
 	t.Run("TypeScript", func(t *testing.T) {
 		ex := runCode(t, warden.RunCodeRequest{Language: "typescript", Code: "type N = number\nconst half = (x: N): N => x / 2\nhalf(84)"})
 		if ex.Error != nil && ex.Error.Name == "TypeScriptUnavailable" {
-			t.Skip("SKIP: the typescript npm package is not installed on the host (scripts/install-deps.sh installs it)")
+			t.Fatal("the typescript npm package is not installed on the host (scripts/install-deps.sh installs it)")
 		}
 		if ok(t, ex); ex.Text() != "42" {
 			t.Fatalf("ts: %q", ex.Text())

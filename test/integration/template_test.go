@@ -296,6 +296,14 @@ func TestTemplates(t *testing.T) {
 		if strings.Contains(errOut, ": download ") || strings.Contains(errOut, ": extract ") {
 			t.Errorf("import progress uses the wire phase names:\n%s", errOut)
 		}
+		// Its own layer goes at once; the two it shares stay with tool:docker
+		// (RemoveAndGC counts them).
+		if err := c.DeleteTemplate(ctxT(t), "tool:fresh"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.GCTemplates(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("TraversalRefused", func(t *testing.T) {

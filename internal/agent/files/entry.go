@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -41,7 +42,7 @@ func entryFromStat(p string, st *unix.Stat_t) *pb.EntryInfo {
 		ModifiedTime: timestamppb.New(time.Unix(st.Mtim.Unix())),
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		if t, err := os.Readlink(p); err == nil {
+		if t, ok := symlinkTarget(p); ok {
 			e.SymlinkTarget = &t
 		}
 	}
@@ -49,6 +50,28 @@ func entryFromStat(p string, st *unix.Stat_t) *pb.EntryInfo {
 		e.Metadata = md
 	}
 	return e
+}
+
+// symlinkTarget is what the symlink p points at, as envd reports it: the
+// absolute path with every link resolved (filepath.EvalSymlinks). A link
+// that cannot be resolved (dangling, a loop, a component the user may not
+// search) reports its own text made absolute against the link's directory,
+// so the target is always an absolute, cleaned path.
+func symlinkTarget(p string) (string, bool) {
+	if t, err := filepath.EvalSymlinks(p); err == nil {
+		if !path.IsAbs(t) {
+			return "", false // p is absolute, so this cannot happen
+		}
+		return t, true
+	}
+	raw, err := os.Readlink(p)
+	if err != nil {
+		return "", false
+	}
+	if !path.IsAbs(raw) {
+		raw = path.Join(path.Dir(p), raw)
+	}
+	return path.Clean(raw), true
 }
 
 func fileType(mode uint32) pb.FileType {

@@ -1,9 +1,9 @@
 // Package files is the file side of warden-agent: the Connect-RPC
 // filesystem.Filesystem service (wire-compatible with E2B's envd: Stat,
 // ListDir, MakeDir, Move, Remove, WatchDir and the polling watchers) and the
-// plain HTTP routes /files (read with Range and gzip, atomic write from an
-// octet-stream or multipart body) and /tar (pack a tree, extract a tar stream
-// safely).
+// plain HTTP routes /files (read with Range and gzip; write from an
+// octet-stream or multipart body, in place as envd does or atomically with
+// atomic=true) and /tar (pack a tree, extract a tar stream safely).
 //
 // Every operation acts as the request's user (sysuser.FromRequest, or the
 // "username" query for the HTTP routes) through (*sysuser.User).AsFS, so the
@@ -63,6 +63,8 @@ type Service struct {
 
 	mu       sync.Mutex
 	watchers map[string]*pollWatcher
+
+	gens writeGens // in-place uploads, for watchers' deduplication
 }
 
 var _ filesystempbconnect.FilesystemHandler = (*Service)(nil)

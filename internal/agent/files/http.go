@@ -281,16 +281,21 @@ func (s *Service) writeFiles(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, err)
 		return
 	}
-	up := &upload{s: s, u: u, mode: mode, hasMode: hasMode, md: md, seen: map[string]bool{}}
+	atomic, err := parseAtomic(q.Get("atomic"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	up := &upload{s: s, u: u, mode: mode, hasMode: hasMode, md: md, atomic: atomic, seen: map[string]bool{}}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
-		err = u.AsFS(func() error { return up.multipart(body, params["boundary"], q.Get("path")) })
+		err = up.multipart(body, params["boundary"], q.Get("path"))
 	} else {
 		if q.Get("path") == "" {
 			httpError(w, invalidf("path query parameter is required for a non-multipart upload"))
 			return
 		}
-		err = u.AsFS(func() error { return up.single(body, q.Get("path")) })
+		err = up.single(body, q.Get("path"))
 	}
 	if err != nil {
 		writeHTTPError(w, err)
@@ -299,15 +304,44 @@ func (s *Service) writeFiles(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, up.results)
 }
 
-// upload is one POST /files. Every file is written to a temporary file first
-// and renamed into place only when the whole body has been read, so a failed
-// upload changes nothing, not even for the earlier parts of a multipart body.
+// parseAtomic parses the "atomic" query parameter (Warden's extension):
+// true makes the upload all-or-nothing through temporary files.
+func parseAtomic(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, invalidf("invalid atomic %q: want true or false", v)
+}
+
+// upload is one POST /files. It writes in one of two ways:
+//
+//   - In place (the default, as envd does): each file is opened, truncated
+//     and written, so it keeps its inode, owner and hard links, and a
+//     watcher of its directory sees the CREATE (for a new file) and WRITE
+//     events an ordinary write makes. Missing parent directories are made
+//     even where the user may not create them: the agent makes them as root
+//     and hands them to the user, as envd does. A failed write removes a
+//     file it created (and the directories made for it); an existing file
+//     is left as far as it was written, and the files of earlier parts stay
+//     written, as with envd.
+//   - Atomic (atomic=true, what Warden's own API asks for): every file is
+//     written to a temporary file first and renamed into place only when
+//     the whole body has been read, so a failed upload changes nothing, not
+//     even for the earlier parts of a multipart body. Parents are made as
+//     the user only.
+//
+// Every file operation runs as the acting user (AsFS); only the making of
+// a parent directory the user may not make runs as the agent.
 type upload struct {
 	s       *Service
 	u       *sysuser.User
 	mode    uint32
 	hasMode bool
 	md      map[string]string
+	atomic  bool
 
 	seen    map[string]bool
 	pending []pendingFile
@@ -316,7 +350,7 @@ type upload struct {
 
 type pendingFile struct {
 	tmp, target string
-	created     []string // directories made for it
+	made        *madeDirs // directories made for it
 }
 
 func (up *upload) single(body io.Reader, p string) error {
@@ -344,7 +378,7 @@ func (up *upload) multipart(body io.Reader, boundary, queryPath string) error {
 			if part.FormName() != "file" {
 				continue // NextPart drains it
 			}
-			if len(up.pending) >= maxParts {
+			if len(up.results) >= maxParts {
 				return invalidf("more than %d file parts", maxParts)
 			}
 			p := queryPath
@@ -362,7 +396,7 @@ func (up *upload) multipart(body io.Reader, boundary, queryPath string) error {
 				return err
 			}
 		}
-		if len(up.pending) == 0 {
+		if len(up.results) == 0 {
 			return invalidf("no file parts in request")
 		}
 		return nil
@@ -374,40 +408,64 @@ func (up *upload) multipart(body io.Reader, boundary, queryPath string) error {
 	return up.commit()
 }
 
-// add writes one file to its temporary file.
+// add writes one file: in place, or to its temporary file when atomic.
 func (up *upload) add(r io.Reader, dst string) error {
 	if up.seen[dst] {
 		return invalidf("two files in one upload resolve to %s", dst)
 	}
 	up.seen[dst] = true
-	target, mode, created, err := prepareTarget(dst, up.mode, up.hasMode)
+	var tg target
+	err := up.u.AsFS(func() (err error) {
+		tg, err = resolveTarget(dst, up.mode, up.hasMode)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if target != dst {
-		if up.seen[target] {
-			removeDirs(created)
-			return invalidf("two files in one upload resolve to %s", target)
+	if tg.path != dst {
+		if up.seen[tg.path] {
+			return invalidf("two files in one upload resolve to %s", tg.path)
 		}
-		up.seen[target] = true
+		up.seen[tg.path] = true
 	}
-	tmp, err := writeTemp(target, r, mode, up.md)
-	if err != nil {
-		removeDirs(created)
-		return up.s.diskFull(err, path.Dir(target))
+	var made *madeDirs
+	if tg.kind == targetMissing {
+		if made, err = makeParents(up.u, path.Dir(tg.path), !up.atomic); err != nil {
+			return err
+		}
 	}
-	up.pending = append(up.pending, pendingFile{tmp: tmp, target: target, created: created})
+	if up.atomic {
+		var tmp string
+		err = up.u.AsFS(func() (err error) {
+			tmp, err = writeTemp(tg.path, r, tg.mode, up.md)
+			return err
+		})
+		if err != nil {
+			made.undo()
+			return up.s.diskFull(err, path.Dir(tg.path))
+		}
+		up.pending = append(up.pending, pendingFile{tmp: tmp, target: tg.path, made: made})
+	} else {
+		up.s.gens.bump(tg.path)
+		err = up.u.AsFS(func() error { return writeInPlace(dst, tg, r, up.hasMode, up.md) })
+		if err != nil {
+			made.undo()
+			return up.s.diskFull(err, path.Dir(tg.path))
+		}
+		made.release()
+	}
 	up.results = append(up.results, fileResult{Path: dst, Name: path.Base(dst), Type: "file", Metadata: up.md})
 	return nil
 }
 
 func (up *upload) commit() error {
 	for i, pf := range up.pending {
-		if err := commit(pf.tmp, pf.target); err != nil {
+		if err := up.u.AsFS(func() error { return commit(pf.tmp, pf.target) }); err != nil {
 			up.pending = up.pending[i+1:]
 			up.abort()
 			return err
 		}
+		pf.made.release()
 	}
 	up.pending = nil
 	return nil
@@ -416,53 +474,170 @@ func (up *upload) commit() error {
 // abort removes the temporary files and the directories made for them.
 func (up *upload) abort() {
 	for i := len(up.pending) - 1; i >= 0; i-- {
-		unix.Unlink(up.pending[i].tmp)
-		removeDirs(up.pending[i].created)
+		pf := up.pending[i]
+		up.u.AsFS(func() error { return unix.Unlink(pf.tmp) })
+		pf.made.undo()
 	}
 	up.pending = nil
 }
 
-// prepareTarget decides where a write to dst lands and with which mode, and
-// creates its missing parent directories. An existing symlink is written
-// through (like open(2) would); a dangling one is replaced. Directories and
-// special files are refused. The mode is the requested one, else the
-// existing file's permission bits (without setuid/setgid/sticky, which a
-// write clears too), else 0644.
-func prepareTarget(dst string, mode uint32, hasMode bool) (target string, m uint32, created []string, err error) {
-	target = dst
+// targetKind is what a write finds at its destination.
+type targetKind int
+
+const (
+	targetMissing targetKind = iota // nothing: the file is created
+	targetRegular                   // a regular file: overwritten
+	targetLink                      // a dangling symlink: replaced by the file
+)
+
+// target is where a write lands.
+type target struct {
+	path string
+	kind targetKind
+	mode uint32 // permission bits the file gets
+}
+
+// resolveTarget decides where a write to dst lands and with which mode. An
+// existing symlink is written through (like open(2) would); a dangling one
+// is replaced. Directories and special files are refused. The mode is the
+// requested one, else the existing file's permission bits (without
+// setuid/setgid/sticky, which a write clears too), else 0644. Run it inside
+// AsFS.
+func resolveTarget(dst string, mode uint32, hasMode bool) (target, error) {
+	tg := target{path: dst}
 	var st unix.Stat_t
-	err = unix.Lstat(dst, &st)
+	err := unix.Lstat(dst, &st)
 	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		if real, rerr := filepath.EvalSymlinks(dst); rerr == nil {
-			target = real
-			err = unix.Lstat(target, &st)
+			tg.path = real
+			err = unix.Lstat(tg.path, &st)
 		}
 	}
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		if created, err = mkdirAll(path.Dir(target), 0o755); err != nil {
-			return "", 0, nil, err
-		}
-		m = 0o644
+		tg.kind, tg.mode = targetMissing, 0o644
 	case err != nil:
 		if errors.Is(err, unix.ENOTDIR) {
-			return "", 0, nil, invalidf("write %s: a parent is not a directory", dst)
+			return target{}, invalidf("write %s: a parent is not a directory", dst)
 		}
-		return "", 0, nil, pathErr("write", dst, err)
+		return target{}, pathErr("write", dst, err)
 	default:
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
-			m = st.Mode & 0o777
+			tg.kind, tg.mode = targetRegular, st.Mode&0o777
 		case unix.S_IFLNK: // dangling symlink: replace it
-			m = 0o644
+			tg.kind, tg.mode = targetLink, 0o644
 		case unix.S_IFDIR:
-			return "", 0, nil, invalidf("write %s: path is a directory", dst)
+			return target{}, invalidf("write %s: path is a directory", dst)
 		default:
-			return "", 0, nil, invalidf("write %s: not a regular file", dst)
+			return target{}, invalidf("write %s: not a regular file", dst)
 		}
 	}
 	if hasMode {
-		m = mode
+		tg.mode = mode
 	}
-	return target, m, created, nil
+	return tg, nil
+}
+
+// writeInPlace writes r into tg the way envd does: the file is opened
+// (created when missing), truncated and written. Its mode is set when it is
+// new or a mode was asked for; its user.e2b.* metadata is replaced by md. A
+// file it created is removed again when the write fails. Errors name dst.
+// Run it inside AsFS.
+func writeInPlace(dst string, tg target, r io.Reader, setMode bool, md map[string]string) (err error) {
+	flags := unix.O_WRONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	created := tg.kind != targetRegular
+	if tg.kind == targetLink {
+		if err := unix.Unlink(tg.path); err != nil && !errors.Is(err, unix.ENOENT) {
+			return pathErr("write", dst, err)
+		}
+	}
+	if created {
+		flags |= unix.O_CREAT | unix.O_EXCL
+	} else {
+		flags |= unix.O_TRUNC
+	}
+	fd, err := unix.Open(tg.path, flags, 0o600)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+			return invalidf("write %s: not a regular file", dst)
+		}
+		return pathErr("write", dst, err)
+	}
+	f := os.NewFile(uintptr(fd), tg.path)
+	defer func() {
+		if err != nil {
+			f.Close()
+			if created {
+				unix.Unlink(tg.path)
+			}
+		}
+	}()
+	var st unix.Stat_t
+	if err = unix.Fstat(fd, &st); err != nil {
+		return pathErr("stat", dst, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		created = false // not ours to remove
+		return invalidf("write %s: not a regular file", dst)
+	}
+	if fl, ferr := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); ferr == nil {
+		unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	}
+	if created || setMode {
+		if err = unix.Fchmod(fd, tg.mode&0o7777); err != nil {
+			return pathErr("chmod", dst, err)
+		}
+	}
+	if err = replaceMetadata(fd, md); err != nil {
+		return pathErr("set metadata on", dst, err)
+	}
+	if _, err = io.Copy(f, r); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Path == tg.path {
+			return pathErr("write", dst, err)
+		}
+		return invalidf("read request body for %s: %w", dst, err)
+	}
+	if err = f.Close(); err != nil {
+		f = nil
+		return pathErr("close", dst, err)
+	}
+	return nil
+}
+
+// replaceMetadata sets the file's user.e2b.* xattrs to md, removing the
+// others: each upload replaces the metadata (envd).
+func replaceMetadata(fd int, md map[string]string) error {
+	buf := make([]byte, 4096)
+	n, err := unix.Flistxattr(fd, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if sz, serr := unix.Flistxattr(fd, nil); serr == nil {
+			buf = make([]byte, sz+64)
+			n, err = unix.Flistxattr(fd, buf)
+		}
+	}
+	switch {
+	case err == nil:
+		for _, name := range strings.Split(string(buf[:n]), "\x00") {
+			if strings.HasPrefix(name, metaPrefix) {
+				if _, keep := md[strings.TrimPrefix(name, metaPrefix)]; !keep {
+					if err := unix.Fremovexattr(fd, name); err != nil && !errors.Is(err, unix.ENODATA) {
+						return err
+					}
+				}
+			}
+		}
+	case errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP):
+		// No xattrs listed here: nothing to remove; setting them says
+		// whether they are supported at all.
+	default:
+		return err
+	}
+	for k, v := range md {
+		if err := unix.Fsetxattr(fd, metaPrefix+k, []byte(v), 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -320,9 +320,10 @@ func TestWriteMultipart(t *testing.T) {
 		t.Fatal("filename used despite path query")
 	}
 
-	// two parts for one path: 400, nothing written, no directory left
+	// two parts for one path, atomic: 400, nothing written, no directory
+	// left
 	body, ct = multipartBody(t, [2]string{"fresh/first.txt", "a"}, [2]string{"dup.txt", "b"}, [2]string{e.h("dup.txt"), "c"})
-	resp, rb = e.do(e.h2, "POST", e.url("/files"), body, "Content-Type", ct)
+	resp, rb = e.do(e.h2, "POST", e.url("/files", "atomic", "true"), body, "Content-Type", ct)
 	wantStatus(t, resp, rb, 400)
 	for _, p := range []string{"fresh", "dup.txt"} {
 		if _, err := os.Lstat(e.h(p)); !os.IsNotExist(err) {
@@ -346,15 +347,16 @@ func assertNoTemps(t *testing.T, dir string) {
 	})
 }
 
-// TestAtomicWrite: a write that fails midway leaves the old file untouched
-// and no temporary file behind.
+// TestAtomicWrite: an atomic write (atomic=true, what Warden's API asks for)
+// that fails midway leaves the old file untouched and no temporary file
+// behind.
 func TestAtomicWrite(t *testing.T) {
 	e := newEnv(t, Config{})
 	e.write(e.h("keep.txt"), "old content", 0o644, testUID)
 
 	// a body that breaks midway: truncated gzip
 	full := gz(t, strings.Repeat("new content ", 100000))
-	resp, body := e.do(e.h2, "POST", e.url("/files", "path", "keep.txt"), bytesReader(full[:len(full)/2]),
+	resp, body := e.do(e.h2, "POST", e.url("/files", "path", "keep.txt", "atomic", "true"), bytesReader(full[:len(full)/2]),
 		"Content-Type", "application/octet-stream", "Content-Encoding", "gzip")
 	wantStatus(t, resp, body, 400)
 	if readFile(t, e.h("keep.txt")) != "old content" {
@@ -366,7 +368,7 @@ func TestAtomicWrite(t *testing.T) {
 	small := e.h("small")
 	mountTmpfs(t, small, "1m")
 	e.write(filepath.Join(small, "keep.txt"), "old content", 0o644, testUID)
-	resp, body = e.do(e.h2, "POST", e.url("/files", "path", "small/keep.txt"), bytesReader(make([]byte, 3<<20)),
+	resp, body = e.do(e.h2, "POST", e.url("/files", "path", "small/keep.txt", "atomic", "1"), bytesReader(make([]byte, 3<<20)),
 		"Content-Type", "application/octet-stream")
 	wantStatus(t, resp, body, 507)
 	if code, msg := jsonErr(t, body); code != 507 || msg != "sandbox disk is full (limit 1 MiB)" {
@@ -379,7 +381,7 @@ func TestAtomicWrite(t *testing.T) {
 
 	// multipart: the second part fails, the first is not written either
 	body2, ct := multipartBody(t, [2]string{"small/a.txt", "a"}, [2]string{"small/b.txt", string(make([]byte, 3<<20))})
-	resp, body = e.do(e.h2, "POST", e.url("/files"), body2, "Content-Type", ct)
+	resp, body = e.do(e.h2, "POST", e.url("/files", "atomic", "true"), body2, "Content-Type", ct)
 	wantStatus(t, resp, body, 507)
 	if _, err := os.Lstat(filepath.Join(small, "a.txt")); !os.IsNotExist(err) {
 		t.Fatal("first part written by a failed upload")

@@ -185,7 +185,9 @@ func moveAcross(src, dst string) error {
 }
 
 // Remove removes a path, recursively for a directory. A final symlink is
-// removed, not followed.
+// removed, not followed. A path that does not exist is no error, as on
+// envd (os.RemoveAll): the path is gone either way. A path the user may not
+// look at is still an error (permission_denied).
 func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
 	u, err := s.rpcUser(req.Header())
 	if err != nil {
@@ -193,11 +195,12 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequ
 	}
 	p := s.resolve(u, req.Msg.GetPath())
 	err = u.AsFS(func() error {
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return pathErr("remove", p, err)
+		err := os.RemoveAll(p)
+		if errors.Is(err, unix.ENOTDIR) {
+			// A component is not a directory: the path does not exist.
+			err = nil
 		}
-		if err := os.RemoveAll(p); err != nil {
+		if err != nil {
 			return pathErr("remove", p, err)
 		}
 		return nil

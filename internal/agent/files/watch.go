@@ -36,6 +36,7 @@ const dedupeWindow = 100 * time.Millisecond
 // streaming and the polling forms. Its methods are not safe for concurrent
 // use, except close.
 type watch struct {
+	gens         *writeGens
 	u            *sysuser.User
 	root         string
 	recursive    bool
@@ -48,12 +49,43 @@ type watch struct {
 type lastEvent struct {
 	typ pb.EventType
 	at  time.Time
+	gen uint64 // the agent's write generation of the path then
+}
+
+// writeGens numbers the agent's own in-place writes per path (an upload
+// to /files), so a watcher does not merge the WRITE of one upload into the
+// previous one's when they come within dedupeWindow: each upload is its
+// own write, as on envd.
+type writeGens struct {
+	mu  sync.Mutex
+	seq uint64
+	m   map[string]uint64
+}
+
+// bump marks the start of a write to p.
+func (g *writeGens) bump(p string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil || len(g.m) > 4096 {
+		g.m = map[string]uint64{} // numbers stay unique: seq goes on
+	}
+	g.seq++
+	g.m[p] = g.seq
+}
+
+func (g *writeGens) get(p string) uint64 {
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[p]
 }
 
 // newWatch arms a watch on root (and, recursive, every directory below it).
-func newWatch(u *sysuser.User, root string, recursive, includeEntry, allowNetwork bool) (*watch, error) {
+func newWatch(gens *writeGens, u *sysuser.User, root string, recursive, includeEntry, allowNetwork bool) (*watch, error) {
 	w := &watch{
-		u: u, root: root, recursive: recursive, includeEntry: includeEntry,
+		gens: gens, u: u, root: root, recursive: recursive, includeEntry: includeEntry,
 		dirs: map[string]struct{}{}, last: map[string]lastEvent{},
 	}
 	// Created outside AsFS: fsnotify starts a reader goroutine, which only
@@ -191,13 +223,14 @@ func (w *watch) event(p string, typ pb.EventType) []*pb.FilesystemEvent {
 		return nil
 	}
 	now := time.Now()
-	if prev, ok := w.last[rel]; ok && prev.typ == typ && now.Sub(prev.at) < dedupeWindow {
+	gen := w.gens.get(p)
+	if prev, ok := w.last[rel]; ok && prev.typ == typ && now.Sub(prev.at) < dedupeWindow && prev.gen == gen {
 		return nil
 	}
 	if len(w.last) > 4096 {
 		clear(w.last)
 	}
-	w.last[rel] = lastEvent{typ, now}
+	w.last[rel] = lastEvent{typ, now, gen}
 	e := &pb.FilesystemEvent{Name: rel, Type: typ}
 	if w.includeEntry {
 		if info, err := entryInfo(p); err == nil {
@@ -250,7 +283,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 		return err
 	}
 	m := req.Msg
-	w, err := newWatch(u, s.resolve(u, m.GetPath()), m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts())
+	w, err := newWatch(&s.gens, u, s.resolve(u, m.GetPath()), m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts())
 	if err != nil {
 		return rpcError(err)
 	}
@@ -344,7 +377,7 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[pb.Cre
 		return nil, err
 	}
 	m := req.Msg
-	w, err := newWatch(u, s.resolve(u, m.GetPath()), m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts())
+	w, err := newWatch(&s.gens, u, s.resolve(u, m.GetPath()), m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts())
 	if err != nil {
 		return nil, rpcError(err)
 	}

@@ -112,8 +112,9 @@ func TestWatchDir(t *testing.T) {
 				t.Fatalf("entry for a removed file: %v", fe)
 			}
 
-			// an upload shows as its own name only, not the temporary file
-			resp, body := e.do(e.h2, "POST", e.url("/files", "path", "w/up.txt"), stringsReader("u"), "Content-Type", "application/octet-stream")
+			// an atomic upload shows as its own name only, not the
+			// temporary file
+			resp, body := e.do(e.h2, "POST", e.url("/files", "path", "w/up.txt", "atomic", "true"), stringsReader("u"), "Content-Type", "application/octet-stream")
 			wantStatus(t, resp, body, 200)
 			fe = ws.expect("up.txt", pb.EventType_EVENT_TYPE_CREATE)
 			if fe.Entry == nil || fe.Entry.Size != 1 {

@@ -54,11 +54,70 @@ const sink = (name) => new Writable({ decodeStrings: false, write(chunk, enc, cb
 const cons = new console.Console({ stdout: sink('stdout'), stderr: sink('stderr') });
 
 const cellRequire = Module.createRequire(path.join(process.cwd(), '[cell]'));
+
+// ESM imports of a cell (import declarations and import() calls) go through
+// wardenImport: node resolves a bare specifier of a dynamic import relative
+// to this driver, so the package is found here first as require would find
+// it (the cwd's node_modules up to /, NODE_PATH, the global modules), using
+// the package's "import" export where it has one.
+const globalDirs = () => [...(process.env.NODE_PATH || '').split(':').filter(Boolean),
+  '/usr/local/lib/node_modules', '/usr/lib/node_modules',
+  path.join(path.dirname(process.execPath), '..', 'lib', 'node_modules')];
+function pickExport(e) {
+  if (typeof e === 'string') return e;
+  if (Array.isArray(e)) { for (const x of e) { const r = pickExport(x); if (r) return r; } return null; }
+  if (e && typeof e === 'object') {
+    for (const k of ['import', 'node', 'default', 'require']) if (e[k] !== undefined) { const r = pickExport(e[k]); if (r) return r; }
+  }
+  return null;
+}
+function resolveESM(spec) {
+  const m = /^((?:@[^/]+\/)?[^/]+)(\/.*)?$/.exec(spec);
+  if (!m) return null;
+  const [, name, sub] = m;
+  const dirs = [...(cellRequire.resolve.paths(spec) || []), ...globalDirs()];
+  for (const d of dirs) {
+    const dir = path.join(d, name);
+    let pkg;
+    try { pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')); } catch (e) { continue; }
+    let target = null;
+    if (pkg.exports !== undefined) {
+      const ex = pkg.exports;
+      const key = '.' + (sub || '');
+      const entry = (typeof ex === 'object' && !Array.isArray(ex) && Object.keys(ex).some((k) => k.startsWith('.'))) ? ex[key] : (sub ? undefined : ex);
+      target = pickExport(entry);
+    } else if (sub) {
+      target = '.' + sub;
+    } else {
+      target = pkg.module || pkg.main || 'index.js';
+    }
+    if (target) {
+      let f = path.join(dir, target);
+      for (const ext of ['', '.js', '.mjs', '.cjs', '/index.js']) { if (fs.existsSync(f + ext) && fs.statSync(f + ext).isFile()) { f += ext; break; } }
+      return require('url').pathToFileURL(f).href;
+    }
+  }
+  return null;
+}
+function wardenImport(spec) {
+  spec = String(spec);
+  let target = spec;
+  if (!spec.startsWith('node:') && !Module.isBuiltin(spec) && !/^[a-z]+:/.test(spec)) {
+    if (spec.startsWith('.') || spec.startsWith('/')) {
+      target = require('url').pathToFileURL(path.resolve(process.cwd(), spec)).href;
+    } else {
+      target = resolveESM(spec);
+      if (!target) { try { target = require('url').pathToFileURL(cellRequire.resolve(spec)).href; } catch (e) { target = spec; } }
+    }
+  }
+  return import(target);
+}
 const sandbox = {
   console: cons, require: cellRequire, process, Buffer, module: { exports: {} },
   setTimeout, clearTimeout, setInterval, clearInterval, setImmediate, clearImmediate,
   queueMicrotask, structuredClone, URL, URLSearchParams, TextEncoder, TextDecoder,
   AbortController, AbortSignal, atob, btoa, performance,
+  __wardenImport: wardenImport,
   display: (...vals) => { for (const v of vals) send(Object.assign({ type: 'result', is_main_result: false }, bundle(v))); },
 };
 for (const k of ['fetch', 'Headers', 'Request', 'Response', 'FormData', 'Blob', 'crypto', 'WebSocket', 'navigator']) {
@@ -85,13 +144,45 @@ function bundle(v) {
 // global object (they persist across runs and may be declared again), and
 // so that the last expression statement is returned.
 function transform(code, t) {
-  const sf = t.createSourceFile('cell.js', code, t.ScriptTarget.Latest, true, t.ScriptKind.JS);
+  let sf = t.createSourceFile('cell.js', code, t.ScriptTarget.Latest, true, t.ScriptKind.JS);
   if (sf.parseDiagnostics && sf.parseDiagnostics.length) return null;
+  // First import() anywhere in the cell becomes __wardenImport().
+  const calls = [];
+  const visit = (n) => {
+    if (t.isCallExpression(n) && n.expression.kind === t.SyntaxKind.ImportKeyword) calls.push([n.expression.getStart(sf), n.expression.getEnd()]);
+    t.forEachChild(n, visit);
+  };
+  visit(sf);
+  if (calls.length) {
+    for (const [a, b] of calls.sort((x, y) => y[0] - x[0])) code = code.slice(0, a) + '__wardenImport' + code.slice(b);
+    sf = t.createSourceFile('cell.js', code, t.ScriptTarget.Latest, true, t.ScriptKind.JS);
+    if (sf.parseDiagnostics && sf.parseDiagnostics.length) return null;
+  }
   const edits = []; // [start, end, text]
   const hoist = [];
   const stmts = sf.statements;
   stmts.forEach((s, i) => {
     const start = s.getStart(sf), end = s.getEnd();
+    if (t.isImportDeclaration(s)) {
+      const mod = `(await __wardenImport(${s.moduleSpecifier.getText(sf)}))`;
+      const c = s.importClause;
+      if (!c) { edits.push([start, end, `${mod};`]); return; }
+      if (c.isTypeOnly) { edits.push([start, end, '']); return; }
+      const tmp = `__wardenMod${i}`;
+      const parts = [`globalThis.${tmp} = ${mod};`];
+      if (c.name) parts.push(`${c.name.text} = ('default' in ${tmp} ? ${tmp}.default : ${tmp});`);
+      const nb = c.namedBindings;
+      if (nb && t.isNamespaceImport(nb)) parts.push(`${nb.name.text} = ${tmp};`);
+      if (nb && t.isNamedImports(nb)) {
+        for (const el of nb.elements) {
+          if (el.isTypeOnly) continue;
+          const from = (el.propertyName || el.name).text;
+          parts.push(`${el.name.text} = ${tmp}[${JSON.stringify(from)}];`);
+        }
+      }
+      edits.push([start, end, parts.join(' ')]);
+      return;
+    }
     if (t.isVariableStatement(s)) {
       if (s.modifiers && s.modifiers.length) return;
       const parts = s.declarationList.declarations.map((d) => {

@@ -55,12 +55,21 @@ func trimSentinel(err, sentinel error) string {
 	return s
 }
 
-func (s *Service) user(r *http.Request) (*sysuser.User, error) {
+// ActingUserHeader, sent with "1" by Warden's own API, asks for the
+// sandbox's default user when the request names none. Without it and
+// without an Authorization header (E2B's code-interpreter clients send
+// neither), interpreters run as root, as in E2B's template.
+const ActingUserHeader = "X-Warden-Acting-User"
+
+// user returns the acting user of r and whether the interpreter runs as that
+// user (explicit) or as root with that user's home as its default cwd.
+func (s *Service) user(r *http.Request) (*sysuser.User, bool, error) {
 	u, err := sysuser.FromRequest(r.Header, s.cfg.DefaultUser)
 	if err != nil && !errors.Is(err, sysuser.ErrUnknownUser) {
-		return nil, err
+		return nil, false, err
 	}
-	return u, err
+	explicit := r.Header.Get("Authorization") != "" || r.Header.Get(ActingUserHeader) == "1"
+	return u, explicit, err
 }
 
 func decode(r *http.Request, v any) error {
@@ -85,14 +94,16 @@ func (s *Service) serveExecute(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusBadRequest, "timeout_ms must not be negative")
 		return
 	}
+	s.startDefaults(r)
 	var c *Context
 	var err error
 	if q.ContextID != "" {
 		c, err = s.Get(q.ContextID)
 	} else {
 		var u *sysuser.User
-		if u, err = s.user(r); err == nil {
-			c, err = s.Default(u, q.Language)
+		var explicit bool
+		if u, explicit, err = s.user(r); err == nil {
+			c, err = s.Default(u, explicit, q.Language)
 		}
 	}
 	if err != nil {
@@ -123,7 +134,16 @@ func (s *Service) serveExecute(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
+	s.startDefaults(r)
 	writeJSON(w, s.List())
+}
+
+// startDefaults creates the default contexts on the first request, with the
+// acting user's home as their cwd.
+func (s *Service) startDefaults(r *http.Request) {
+	if u, _, err := s.user(r); err == nil {
+		s.StartDefaults(u)
+	}
 }
 
 func (s *Service) serveCreate(w http.ResponseWriter, r *http.Request) {
@@ -132,12 +152,13 @@ func (s *Service) serveCreate(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	u, err := s.user(r)
+	u, explicit, err := s.user(r)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	c, err := s.Create(u, q.Language, q.Cwd)
+	s.StartDefaults(u)
+	c, err := s.Create(u, explicit, q.Language, q.Cwd)
 	if err != nil {
 		fail(w, err)
 		return

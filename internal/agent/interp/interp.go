@@ -147,6 +147,14 @@ type Config struct {
 	DefaultUser string            // acting user without an Authorization header
 	Procs       *process.Service  // starts the interpreters
 	Env         map[string]string // extra environment for every interpreter (tests)
+	// AsActingUser runs interpreters as the acting user (tests, which may
+	// not run as root). Otherwise they run as root, as the kernels of E2B's
+	// code-interpreter template do; the acting user only picks the default
+	// working directory (its home).
+	AsActingUser bool
+	// NoDefaultContexts turns off the default python and javascript
+	// contexts that the first request creates (tests).
+	NoDefaultContexts bool
 }
 
 // Service holds the contexts of one agent.
@@ -155,7 +163,9 @@ type Service struct {
 	mu       sync.Mutex
 	closed   bool
 	contexts map[string]*Context
-	defaults map[string]string // language + "\x00" + user -> context id
+	defaults map[string]string // language -> context id
+	seq      uint64            // creation order of contexts
+	started  sync.Once         // the default contexts
 }
 
 // New creates the service.
@@ -176,6 +186,7 @@ type Context struct {
 	mu       sync.Mutex
 	k        *kernel
 	count    int // executions in the current kernel
+	seq      uint64
 	removed  bool
 	restarts int
 }
@@ -187,8 +198,10 @@ var ErrNotFound = errors.New("context not found")
 var ErrBadRequest = errors.New("bad request")
 
 // Create creates a context for user (its home is the default cwd). The
-// interpreter starts now, so a missing interpreter fails here.
-func (s *Service) Create(user *sysuser.User, language, cwd string) (*Context, error) {
+// interpreter runs as user when asUser is set (a request that names its
+// user), else as root, as E2B's template runs its kernels. It starts now,
+// so a missing interpreter fails here.
+func (s *Service) Create(user *sysuser.User, asUser bool, language, cwd string) (*Context, error) {
 	lang := Normalize(language)
 	if lang == "" {
 		return nil, fmt.Errorf("%w: unsupported language %q (python, javascript, typescript, bash)", ErrBadRequest, language)
@@ -197,6 +210,13 @@ func (s *Service) Create(user *sysuser.User, language, cwd string) (*Context, er
 		cwd = user.Home
 	} else {
 		cwd = user.Resolve(cwd, user.Home)
+	}
+	if !asUser && !s.cfg.AsActingUser {
+		root, err := sysuser.Lookup("root")
+		if err != nil {
+			return nil, fmt.Errorf("interpreters run as root: %w", err)
+		}
+		user = root
 	}
 	c := &Context{svc: s, user: user, runMu: make(chan struct{}, 1), intr: make(chan struct{}, 1), info: Info{ID: newID(), Language: lang, Cwd: cwd}}
 	if _, err := c.kernel(); err != nil {
@@ -208,17 +228,38 @@ func (s *Service) Create(user *sysuser.User, language, cwd string) (*Context, er
 		c.close()
 		return nil, errors.New("the agent is shutting down")
 	}
+	s.seq++
+	c.seq = s.seq
 	s.contexts[c.info.ID] = c
 	return c, nil
 }
 
-// Default returns the default context of language for user, creating it.
-func (s *Service) Default(user *sysuser.User, language string) (*Context, error) {
+// StartDefaults creates the default python and javascript contexts (cwd the
+// home of user), in that order, once: E2B's code-interpreter server creates
+// them at start, so a fresh sandbox lists them. An interpreter that is not
+// installed is left out.
+func (s *Service) StartDefaults(user *sysuser.User) {
+	if s.cfg.NoDefaultContexts {
+		return
+	}
+	s.started.Do(func() {
+		for _, lang := range []string{Python, JavaScript} {
+			s.Default(user, false, lang)
+		}
+	})
+}
+
+// Default returns the default context of language for user (run as root
+// unless asUser; see Create), creating it.
+func (s *Service) Default(user *sysuser.User, asUser bool, language string) (*Context, error) {
 	lang := Normalize(language)
 	if lang == "" {
 		return nil, fmt.Errorf("%w: unsupported language %q (python, javascript, typescript, bash)", ErrBadRequest, language)
 	}
-	key := lang + "\x00" + user.Name
+	key := lang // interpreters that run as root: one default per language
+	if asUser || s.cfg.AsActingUser {
+		key += "\x00" + user.Name
+	}
 	s.mu.Lock()
 	if id, ok := s.defaults[key]; ok {
 		if c := s.contexts[id]; c != nil {
@@ -227,7 +268,7 @@ func (s *Service) Default(user *sysuser.User, language string) (*Context, error)
 		}
 	}
 	s.mu.Unlock()
-	c, err := s.Create(user, lang, "")
+	c, err := s.Create(user, asUser, lang, "")
 	if err != nil {
 		return nil, err
 	}
@@ -254,15 +295,19 @@ func (s *Service) Get(id string) (*Context, error) {
 	return c, nil
 }
 
-// List lists the contexts, oldest first is not promised: sorted by id.
+// List lists the contexts in creation order.
 func (s *Service) List() []Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Info, 0, len(s.contexts))
+	cs := make([]*Context, 0, len(s.contexts))
 	for _, c := range s.contexts {
-		out = append(out, c.info)
+		cs = append(cs, c)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sort.Slice(cs, func(i, j int) bool { return cs[i].seq < cs[j].seq })
+	out := make([]Info, len(cs))
+	for i, c := range cs {
+		out[i] = c.info
+	}
 	return out
 }
 
@@ -579,13 +624,20 @@ func (c *Context) command(req RunRequest) ([]byte, error) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		for _, k := range keys {
+		// The run's variables are exported for this cell only: the
+		// epilogue (a second NUL-terminated string, evaluated after the
+		// cell) puts back what each was before, as E2B's template does.
+		var after strings.Builder
+		for i, k := range keys {
 			if !validName(k) || strings.ContainsRune(req.Env[k], 0) {
 				return nil, fmt.Errorf("%w: invalid environment variable %q", ErrBadRequest, k)
 			}
-			fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(req.Env[k]))
+			fmt.Fprintf(&b, "__warden_env_%d=$(declare -p %s 2>/dev/null)\nexport %s=%s\n", i, k, k, shellQuote(req.Env[k]))
+			fmt.Fprintf(&after, "unset %s; eval \"$__warden_env_%d\"; unset __warden_env_%d\n", k, i, i)
 		}
 		b.WriteString(req.Code)
+		b.WriteByte(0)
+		b.WriteString(after.String())
 		b.WriteByte(0)
 		return []byte(b.String()), nil
 	}

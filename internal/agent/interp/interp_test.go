@@ -24,7 +24,7 @@ import (
 func newService(t *testing.T) (*Service, *sysuser.User) {
 	t.Helper()
 	procs := process.New(process.Config{})
-	s := New(Config{Procs: procs})
+	s := New(Config{Procs: procs, AsActingUser: true, NoDefaultContexts: true})
 	t.Cleanup(func() { s.Close(); procs.Close() })
 	u := &sysuser.User{Name: "me", UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), Home: t.TempDir(), Shell: "/bin/sh"}
 	if os.Geteuid() == 0 {
@@ -127,7 +127,7 @@ func mainText(t *testing.T, e *execution) string {
 func TestPythonStateResultsAndErrors(t *testing.T) {
 	need(t, "python3")
 	s, u := newService(t)
-	c, err := s.Create(u, "python", "")
+	c, err := s.Create(u, false, "python", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,11 +184,11 @@ T()`, 0)
 	if js, ok := m.JSON.(map[string]any); !ok || js["a"] != float64(1) {
 		t.Fatalf("json %#v", m.JSON)
 	}
-	if len(e.results) != 2 || e.results[0].Text != "'shown'" || *e.results[0].IsMainResult {
+	if len(e.results) != 2 || e.results[0].Text != "shown" || *e.results[0].IsMainResult {
 		t.Fatalf("display result %+v", e.results)
 	}
 	// Env vars per run.
-	c2, err := s.Create(u, "python", "")
+	c2, err := s.Create(u, false, "python", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ T()`, 0)
 			env.results = append(env.results, ev)
 		}
 	})
-	if len(env.results) != 1 || env.results[0].Text != "'yes'" {
+	if len(env.results) != 1 || env.results[0].Text != "yes" {
 		t.Fatalf("env var: %+v", env.results)
 	}
 	// Two contexts do not share state.
@@ -210,7 +210,7 @@ T()`, 0)
 func TestPythonTimeoutAndInterrupt(t *testing.T) {
 	need(t, "python3")
 	s, u := newService(t)
-	c, err := s.Create(u, "python", "")
+	c, err := s.Create(u, false, "python", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestPythonMatplotlib(t *testing.T) {
 		t.Skip("SKIP: matplotlib is not importable by python3 in " + process.DefaultPath + " (scripts/install-deps.sh installs python3-matplotlib)")
 	}
 	s, u := newService(t)
-	c, err := s.Default(u, "python")
+	c, err := s.Default(u, false, "python")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func checkPNG(t *testing.T, b64 string) {
 func TestJavaScript(t *testing.T) {
 	need(t, "node")
 	s, u := newService(t)
-	c, err := s.Create(u, "js", "")
+	c, err := s.Create(u, false, "js", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestJavaScript(t *testing.T) {
 		t.Fatalf("bindings: %q", got)
 	}
 	// Declaring again is allowed, like a notebook re-running a cell.
-	if got := mainText(t, run(t, c, "const a = 1; new K().v() + a", 0)); got != "'k1'" {
+	if got := mainText(t, run(t, c, "const a = 1; new K().v() + a", 0)); got != "k1" {
 		t.Fatalf("redeclare: %q", got)
 	}
 	// Top-level await.
@@ -358,11 +358,11 @@ func TestJavaScript(t *testing.T) {
 		t.Fatalf("after interrupts: %q", got)
 	}
 	// Another context does not share state.
-	c2, err := s.Create(u, "javascript", "")
+	c2, err := s.Create(u, false, "javascript", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mainText(t, run(t, c2, "typeof a", 0)); got != "'undefined'" {
+	if got := mainText(t, run(t, c2, "typeof a", 0)); got != "undefined" {
 		t.Fatalf("second context: %q", got)
 	}
 }
@@ -370,7 +370,7 @@ func TestJavaScript(t *testing.T) {
 func TestTypeScript(t *testing.T) {
 	need(t, "node")
 	s, u := newService(t)
-	c, err := s.Create(u, "ts", "")
+	c, err := s.Create(u, false, "ts", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestTypeScript(t *testing.T) {
 func TestBash(t *testing.T) {
 	need(t, "bash")
 	s, u := newService(t)
-	c, err := s.Create(u, "bash", "")
+	c, err := s.Create(u, false, "bash", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,14 +424,14 @@ func TestBash(t *testing.T) {
 func TestServiceContexts(t *testing.T) {
 	need(t, "python3")
 	s, u := newService(t)
-	if _, err := s.Create(u, "cobol", ""); err == nil {
+	if _, err := s.Create(u, false, "cobol", ""); err == nil {
 		t.Fatal("unsupported language accepted")
 	}
-	d1, err := s.Default(u, "")
+	d1, err := s.Default(u, false, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, _ := s.Default(u, "python")
+	d2, _ := s.Default(u, false, "python")
 	if d1 != d2 || d1.Info().Cwd != u.Home {
 		t.Fatalf("default contexts %v %v", d1.Info(), d2.Info())
 	}
@@ -447,7 +447,7 @@ func TestServiceContexts(t *testing.T) {
 	if err := s.Remove(d1.Info().ID); err == nil {
 		t.Fatal("removed twice")
 	}
-	if _, err := s.Create(u, "python", "/nonexistent/dir"); err == nil {
+	if _, err := s.Create(u, false, "python", "/nonexistent/dir"); err == nil {
 		t.Fatal("missing cwd accepted")
 	}
 }

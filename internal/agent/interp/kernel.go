@@ -119,6 +119,9 @@ func (k *kernel) readEvents() {
 						if (ev.Type == "stdout" || ev.Type == "stderr") && ev.Timestamp == 0 {
 							ev.Timestamp = now()
 						}
+						if ev.Type == "result" {
+							ev.Text = resultText(ev.Text)
+						}
 						k.deliver(ev)
 					}
 				}
@@ -205,3 +208,14 @@ func (k *kernel) alive() bool {
 }
 
 func now() int64 { return time.Now().UnixMicro() }
+
+// resultText is a result's text as E2B's code-interpreter server makes it
+// from Jupyter's text/plain: one enclosing pair of quotes is dropped, so
+// the result of 'hello' reads hello (its Result model strips a leading and
+// trailing ' or ").
+func resultText(s string) string {
+	if len(s) >= 2 && (s[0] == '\'' && s[len(s)-1] == '\'' || s[0] == '"' && s[len(s)-1] == '"') {
+		return s[1 : len(s)-1]
+	}
+	return s
+}

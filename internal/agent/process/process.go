@@ -57,6 +57,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/warden-sandbox/warden/internal/agent/agentcfg"
 	"github.com/warden-sandbox/warden/internal/agent/sysuser"
 	pb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/agentpb/process/processpbconnect"
@@ -71,15 +72,11 @@ const (
 	DefaultKeepalive    = 90 * time.Second
 	// KeepaliveHeader carries the keepalive interval of a stream in seconds.
 	KeepaliveHeader = "Keepalive-Ping-Interval"
-	// SnapshotHeader (Warden extension), set to "1" on a Connect request
-	// with replay, ends the stream once the output retained at that moment
-	// has been sent: without an end event if the process was still running.
-	SnapshotHeader = "Warden-Snapshot"
-	// DroppedHeader (Warden extension) is set on the response to a Connect
-	// request with replay: how many bytes of output the ring buffer had
-	// already dropped (oldest first) before the replayed output.
-	DroppedHeader = "Warden-Output-Dropped"
-	minKeepalive  = 100 * time.Millisecond
+	// SnapshotHeader and DroppedHeader: see package agentcfg, which the
+	// daemon imports without linking this package.
+	SnapshotHeader = agentcfg.SnapshotHeader
+	DroppedHeader  = agentcfg.DroppedHeader
+	minKeepalive   = 100 * time.Millisecond
 )
 
 // Config configures the service.

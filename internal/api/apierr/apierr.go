@@ -5,9 +5,10 @@
 // the internal cause (Err), which is logged with the request ID and never
 // sent (the tailscale vizerror and caddy APIError pattern). Handlers return
 // plain errors; From classifies them: an *Error anywhere in the chain wins,
-// then the domain sentinels (sandbox, store, auth, backend), agent errors
-// (Connect codes and HTTP statuses of warden-agent), request-body limits and
-// contexts. Anything else is a 500 "internal" whose message says only
+// then the request-body limit, then the error's kind (internal/errkind,
+// attached where the error arose: domain sentinels, agent errors, contexts)
+// through one table, kinds, with the public message its source attached.
+// Anything without a kind is a 500 "internal" whose message says only
 // "internal error"; its cause is logged once by Write or Report.
 //
 // Every code has exactly one HTTP status, as the ErrorCode schema of
@@ -19,25 +20,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
-
-	"github.com/warden-sandbox/warden/internal/agentclient"
-	"github.com/warden-sandbox/warden/internal/audit"
-	"github.com/warden-sandbox/warden/internal/auth"
-	"github.com/warden-sandbox/warden/internal/backend"
-	"github.com/warden-sandbox/warden/internal/build"
-	"github.com/warden-sandbox/warden/internal/image"
-	"github.com/warden-sandbox/warden/internal/sandbox"
-	"github.com/warden-sandbox/warden/internal/store"
-	"github.com/warden-sandbox/warden/internal/template"
+	"github.com/warden-sandbox/warden/internal/errkind"
 )
 
 // Stable error codes (the ErrorCode schema).
@@ -167,6 +155,43 @@ func Timeout(msg string, cause error) *Error { return Wrap(CodeTimeout, msg, cau
 // Internal is a 500 internal with the generic message.
 func Internal(cause error) *Error { return Wrap(CodeInternal, "internal error", cause) }
 
+// answer is the native API's answer to one kind of error: its code, and
+// the message used when the error's source made none public, or always
+// where fixed.
+type answer struct {
+	code  string
+	msg   string
+	fixed bool
+}
+
+// kinds maps every errkind.Kind to its code: the one table of this API
+// (the E2B API has its own in internal/e2b). A sandbox in the wrong state
+// (Conflict) is 409 on both.
+var kinds = map[errkind.Kind]answer{
+	errkind.Internal:         {CodeInternal, "internal error", true},
+	errkind.Malformed:        {CodeBadRequest, "bad request", false},
+	errkind.Invalid:          {CodeValidationFailed, "invalid request", false},
+	errkind.Unauthenticated:  {CodeUnauthenticated, "missing or invalid API key", true},
+	errkind.Forbidden:        {CodeForbidden, "forbidden", false},
+	errkind.PermissionDenied: {CodePermissionDenied, "in the sandbox: permission denied", false},
+	errkind.NotFound:         {CodeNotFound, "not found", false},
+	errkind.Conflict:         {CodeConflict, "conflict with the current state", false},
+	errkind.Unsupported:      {CodeConflict, "not supported by this sandbox's backend", false},
+	errkind.TooLarge:         {CodePayloadTooLarge, "too large", false},
+	errkind.Exhausted:        {CodeUnavailable, "no capacity; try again later", false},
+	errkind.RateLimited:      {CodeRateLimited, "too many requests; try again later", false},
+	errkind.Unavailable:      {CodeUnavailable, "unavailable; try again later", false},
+	errkind.Timeout:          {CodeTimeout, "sandbox agent or backend did not answer in time", false},
+	errkind.Canceled:         {CodeUnavailable, "request canceled", false},
+}
+
+// CodeOfKind returns the code of errors of kind k; ok is false for a kind
+// the table lacks (such errors get "internal").
+func CodeOfKind(k errkind.Kind) (code string, ok bool) {
+	a, ok := kinds[k]
+	return a.code, ok
+}
+
 // From classifies err. It never returns nil for a non-nil err; the result
 // keeps err as its cause.
 func From(err error) *Error {
@@ -183,194 +208,19 @@ func From(err error) *Error {
 		}
 		return ae
 	}
-	var se *sandbox.StateError
 	var mbe *http.MaxBytesError
-	var he *agentclient.HTTPError
-	var ce *connect.Error
-	var ue *url.Error
-	switch {
-	case errors.As(err, &se):
-		return Wrap(CodeConflict, se.Error(), err)
-	case errors.Is(err, sandbox.ErrNotFound):
-		return Wrap(CodeNotFound, "sandbox not found", err)
-	case errors.Is(err, sandbox.ErrUnknownTemplate), errors.Is(err, template.ErrUnknown):
-		return Wrap(CodeValidationFailed, fromSentinel(err, sandbox.ErrUnknownTemplate.Error()), err)
-	case errors.Is(err, sandbox.ErrInvalid):
-		return Wrap(CodeValidationFailed, publicTail(err, "invalid request"), err)
-	case errors.Is(err, sandbox.ErrNoNetwork):
-		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNoNetwork.Error()), err)
-	case errors.Is(err, sandbox.ErrNotReady):
-		return Wrap(CodeValidationFailed, fromFirst(err, sandbox.ErrNotReady.Error()), err)
-	// Image pulls and imports, directly or in a build's FROM. Their
-	// messages never quote a registry's response, so they are shown.
-	case errors.Is(err, image.ErrRegistryDenied):
-		return Wrap(CodeForbidden, imageMessage(err), err)
-	case errors.Is(err, image.ErrLimit):
-		return Wrap(CodePayloadTooLarge, imageMessage(err), err)
-	case errors.Is(err, build.ErrBuild):
-		return Wrap(CodeValidationFailed, fromFirst(err, build.ErrBuild.Error()), err)
-	case errors.Is(err, template.ErrInvalidName):
-		return Wrap(CodeValidationFailed, fromFirst(err, template.ErrInvalidName.Error()), err)
-	case errors.Is(err, template.ErrBuiltin):
-		return Wrap(CodeConflict, fromFirst(err, template.ErrBuiltin.Error()), err)
-	case errors.Is(err, template.ErrNotOwner):
-		return Wrap(CodeForbidden, fromFirst(err, template.ErrNotOwner.Error()), err)
-	case errors.Is(err, sandbox.ErrCapacity):
-		return Wrap(CodeUnavailable, "no capacity for another sandbox; try again later", err)
-	case errors.Is(err, backend.ErrUnsupported):
-		return Wrap(CodeConflict, "not supported by this sandbox's backend", err)
-	case errors.Is(err, backend.ErrNotRunning), errors.Is(err, backend.ErrLost):
-		return Wrap(CodeConflict, "sandbox is not running", err)
-	case errors.Is(err, auth.ErrUnauthenticated):
-		return Unauthenticated(err)
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, backend.ErrNotFound):
-		return Wrap(CodeNotFound, "not found", err)
-	case errors.Is(err, store.ErrConflict):
-		return Wrap(CodeConflict, "conflict with the current state", err)
-	case errors.Is(err, store.ErrInvalid):
-		return Wrap(CodeBadRequest, "invalid argument (for example a page token this daemon did not issue)", err)
-	case errors.As(err, &mbe):
+	if errors.As(err, &mbe) {
 		return Wrap(CodePayloadTooLarge, "request body too large", err)
-	case errors.Is(err, audit.ErrClosed):
-		return Wrap(CodeUnavailable, "daemon is shutting down", err)
-	case errors.As(err, &he):
-		return fromAgentHTTP(he, err)
-	case errors.As(err, &ce):
-		return fromConnect(ce, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return Wrap(CodeTimeout, "sandbox agent or backend did not answer in time", err)
-	case errors.Is(err, context.Canceled):
-		return Wrap(CodeUnavailable, "request canceled", err)
-	case errors.As(err, &ue):
-		return Wrap(CodeUnavailable, "sandbox agent unavailable", err)
-	case errors.Is(err, fs.ErrNotExist):
-		return Wrap(CodeNotFound, "not found", err)
-	case errors.Is(err, syscall.ENOSPC), strings.Contains(err.Error(), "database or disk is full"):
-		return Wrap(CodeUnavailable, "the daemon's state storage is full; free space under its state directory", err)
 	}
-	return Internal(err)
-}
-
-// publicTail returns the part of err's message after the sentinel's text
-// ("invalid request: cpu_millis must be ..." -> "cpu_millis must be ..."),
-// or def. Domain packages write these tails for callers.
-func publicTail(err error, def string) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, def+": "); i >= 0 {
-		return msg[i+len(def)+2:]
+	k, msg := errkind.Of(err)
+	a, ok := kinds[k]
+	if !ok {
+		a = kinds[errkind.Internal]
 	}
-	return def
-}
-
-// imageMessage is the message of an image error: from the build sentinel
-// on when a build's FROM failed, else all of it.
-func imageMessage(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, build.ErrBuild.Error()); i >= 0 {
-		return msg[i:]
+	if a.fixed || msg == "" {
+		msg = a.msg
 	}
-	return msg
-}
-
-// fromFirst returns err's message from the first occurrence of the
-// sentinel's text on, for messages that may quote output containing it.
-func fromFirst(err error, sentinel string) string {
-	msg := err.Error()
-	if i := strings.Index(msg, sentinel); i >= 0 {
-		return msg[i:]
-	}
-	return sentinel
-}
-
-// fromSentinel returns err's message from the sentinel's text on
-// ("start: unknown template: \"x\"" -> "unknown template: \"x\""), or the
-// sentinel's text.
-func fromSentinel(err error, sentinel string) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, sentinel); i >= 0 {
-		return msg[i:]
-	}
-	return sentinel
-}
-
-// fromConnect maps a Connect error from warden-agent. Only codes the agent
-// itself reports carry its message (it names sandbox paths and processes);
-// transport failures, which can name host paths, get a generic message.
-func fromConnect(ce *connect.Error, err error) *Error {
-	msg := ce.Message()
-	switch ce.Code() {
-	case connect.CodeNotFound:
-		return Wrap(CodeNotFound, msg, err)
-	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
-		return Wrap(CodeBadRequest, msg, err)
-	case connect.CodeUnauthenticated:
-		// The agent says this about an unknown sandbox user, not about the
-		// caller's API key.
-		return Wrap(CodeBadRequest, msg, err)
-	case connect.CodePermissionDenied:
-		return Wrap(CodePermissionDenied, inSandbox(orDefault(msg, "permission denied")), err)
-	case connect.CodeAlreadyExists, connect.CodeFailedPrecondition, connect.CodeAborted:
-		return Wrap(CodeConflict, msg, err)
-	case connect.CodeResourceExhausted:
-		return Wrap(CodeUnavailable, msg, err)
-	case connect.CodeDeadlineExceeded:
-		return Wrap(CodeTimeout, "sandbox agent did not answer in time", err)
-	case connect.CodeCanceled:
-		return Wrap(CodeUnavailable, "request canceled", err)
-	case connect.CodeUnavailable:
-		return Wrap(CodeUnavailable, "sandbox agent unavailable", err)
-	}
-	return Internal(err)
-}
-
-// fromAgentHTTP maps an error answer of the agent's /files and /tar routes.
-func fromAgentHTTP(he *agentclient.HTTPError, err error) *Error {
-	msg := agentMessage(he.Message)
-	switch he.Status {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotAcceptable,
-		http.StatusUnsupportedMediaType, http.StatusRequestedRangeNotSatisfiable:
-		// 401 from the agent means an unknown sandbox user.
-		if msg == "" {
-			msg = strings.ToLower(http.StatusText(he.Status))
-		}
-		return Wrap(CodeBadRequest, msg, err)
-	case http.StatusForbidden:
-		return Wrap(CodePermissionDenied, inSandbox(orDefault(msg, "permission denied")), err)
-	case http.StatusNotFound:
-		return Wrap(CodeNotFound, orDefault(msg, "not found"), err)
-	case http.StatusConflict:
-		return Wrap(CodeConflict, orDefault(msg, "conflict"), err)
-	case http.StatusRequestEntityTooLarge:
-		return Wrap(CodePayloadTooLarge, orDefault(msg, "request body too large"), err)
-	case http.StatusInsufficientStorage:
-		// No code of the API has status 507; the write did not fit in the
-		// sandbox's disk, which is what payload_too_large says.
-		return Wrap(CodePayloadTooLarge, orDefault(msg, "sandbox disk is full"), err)
-	case http.StatusServiceUnavailable:
-		return Wrap(CodeUnavailable, orDefault(msg, "sandbox agent unavailable"), err)
-	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
-		return Wrap(CodeTimeout, "sandbox agent did not answer in time", err)
-	}
-	return Internal(err)
-}
-
-// agentMessage extracts the message of the agent's JSON error body
-// {"code":N,"message":"..."}; a body that is not one gives "".
-func agentMessage(body string) string {
-	var b struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal([]byte(body), &b) == nil {
-		return b.Message
-	}
-	return ""
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return Wrap(a.code, msg, err)
 }
 
 // clean makes a public message valid UTF-8 of bounded size.
@@ -476,6 +326,3 @@ func Respond(w http.ResponseWriter, r *http.Request, e *Error) {
 	b, _ := json.Marshal(Body{Error: BodyError{Code: e.Code, Message: e.Message, RequestID: id}})
 	w.Write(append(b, '\n'))
 }
-
-// inSandbox says that a permission error came from inside the sandbox.
-func inSandbox(msg string) string { return "in the sandbox: " + msg }

@@ -1,7 +1,7 @@
 // Package backendtest is the conformance suite every isolation backend runs
 // (modelled on containerd's snapshots testsuite): lifecycle, exec, stdin,
 // signals, PTY, files, watch, isolation checks, the escape and abuse probes
-// of shared/security/probes.md with host canaries (probes.go), limits,
+// of docs/probes.md with host canaries (probes.go), limits,
 // restart recovery and teardown. A backend is done when Run passes against
 // it for real.
 package backendtest
@@ -41,6 +41,14 @@ type Factory struct {
 	// agent's socket, binaries, databases and configuration. The Probes
 	// subtest passes them to warden-probe (sockets are also dialled).
 	HostPaths func(t *testing.T, h backend.Handle) []string
+	// Unconfined marks a backend whose sandbox processes run on the host as
+	// the user running the test, with no root filesystem, users or hostname
+	// of their own (the fake backend). The suite then leaves out its checks
+	// of those (the template's users, tools and hostname, root's private
+	// files, a kill of every process from inside) and finds the home and
+	// temporary directories in $HOME and $TMPDIR instead of at /home/user
+	// and /tmp.
+	Unconfined bool
 }
 
 var seq atomic.Int64
@@ -54,6 +62,23 @@ type Sandbox struct {
 	B      backend.Backend
 	H      backend.Handle
 	Client *agentclient.Client
+
+	home, tmp string // the default user's home and the temporary directory, once asked
+}
+
+// dirs returns the default user's home and the temporary directory of the
+// sandbox: /home/user and /tmp, or for an unconfined backend what the
+// sandbox's processes find in $HOME and $TMPDIR.
+func (s *Sandbox) dirs(t *testing.T, f Factory) (home, tmp string) {
+	t.Helper()
+	if s.home == "" {
+		s.home, s.tmp = "/home/user", "/tmp"
+		if f.Unconfined {
+			out := s.Sh(t, "", `printf '%s\n%s' "$HOME" "${TMPDIR:-/tmp}"`)
+			s.home, s.tmp, _ = strings.Cut(out, "\n")
+		}
+	}
+	return s.home, s.tmp
 }
 
 // Start creates and starts a sandbox, registering its deletion.
@@ -85,7 +110,7 @@ func Start(t *testing.T, f Factory, b backend.Backend, mutate func(*backend.Spec
 func (s *Sandbox) Exec(t *testing.T, user string, argv ...string) (string, string, agentclient.Result) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), scaled(60*time.Second))
 	defer cancel()
 	res, err := s.Client.Run(ctx, agentclient.Cmd{Args: argv, User: user, Stdout: &out, Stderr: &errb})
 	if err != nil {
@@ -104,26 +129,55 @@ func (s *Sandbox) Sh(t *testing.T, user, script string) string {
 	return out
 }
 
-// Run runs the whole suite.
-func Run(t *testing.T, f Factory) {
+// suite lists the tests in the order Run runs them; isolation marks those
+// that check isolation or kernel claims (namespaces, capabilities, probes,
+// limits, the overlay writable layer), which RunNonIsolation leaves out.
+var suite = []struct {
+	name      string
+	isolation bool
+	fn        func(t *testing.T, f Factory, b backend.Backend)
+}{
+	{"Capabilities", false, testCapabilities},
+	{"Lifecycle", false, testLifecycle},
+	{"Exec", false, testExec},
+	{"Stdin", false, testStdin},
+	{"Signals", false, testSignals},
+	{"Background", false, testBackground},
+	{"PTY", false, testPTY},
+	{"Files", false, testFiles},
+	{"Overlay", true, testOverlay},
+	{"CaptureUpper", true, testCaptureUpper},
+	{"Watch", false, testWatch},
+	{"Isolation", true, testIsolation},
+	{"Probes", true, testProbes},
+	{"Limits", true, testLimits},
+	{"Pause", false, testPause},
+	{"Fork", false, testFork},
+	{"Recover", false, testRecover},
+	{"Teardown", false, testTeardown},
+}
+
+// Run runs the whole suite: RunNonIsolation's tests and RunIsolation's, in
+// one order.
+func Run(t *testing.T, f Factory) { run(t, f, true, true) }
+
+// RunNonIsolation runs the tests of what a backend does rather than how it
+// isolates: lifecycle, exec, stdin, signals, background processes, PTY,
+// files, watch, pause and fork where the backend declares them, restart
+// recovery and teardown. A backend without isolation (the fake) passes it.
+func RunNonIsolation(t *testing.T, f Factory) { run(t, f, true, false) }
+
+// RunIsolation runs the isolation tests: the sandbox's view of the kernel,
+// the escape and abuse probes, limits, and the overlay writable layer.
+func RunIsolation(t *testing.T, f Factory) { run(t, f, false, true) }
+
+func run(t *testing.T, f Factory, common, isolation bool) {
 	b := f.New(t)
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, f, b) })
-	t.Run("Exec", func(t *testing.T) { testExec(t, f, b) })
-	t.Run("Stdin", func(t *testing.T) { testStdin(t, f, b) })
-	t.Run("Signals", func(t *testing.T) { testSignals(t, f, b) })
-	t.Run("Background", func(t *testing.T) { testBackground(t, f, b) })
-	t.Run("PTY", func(t *testing.T) { testPTY(t, f, b) })
-	t.Run("Files", func(t *testing.T) { testFiles(t, f, b) })
-	t.Run("Overlay", func(t *testing.T) { testOverlay(t, f, b) })
-	t.Run("CaptureUpper", func(t *testing.T) { testCaptureUpper(t, f, b) })
-	t.Run("Watch", func(t *testing.T) { testWatch(t, f, b) })
-	t.Run("Isolation", func(t *testing.T) { testIsolation(t, f, b) })
-	t.Run("Probes", func(t *testing.T) { testProbes(t, f, b) })
-	t.Run("Limits", func(t *testing.T) { testLimits(t, f, b) })
-	t.Run("Pause", func(t *testing.T) { testPause(t, f, b) })
-	t.Run("Fork", func(t *testing.T) { testFork(t, f, b) })
-	t.Run("Recover", func(t *testing.T) { testRecover(t, f, b) })
-	t.Run("Teardown", func(t *testing.T) { testTeardown(t, f, b) })
+	for _, tc := range suite {
+		if tc.isolation && isolation || !tc.isolation && common {
+			t.Run(tc.name, func(t *testing.T) { tc.fn(t, f, b) })
+		}
+	}
 }
 
 func testLifecycle(t *testing.T, f Factory, b backend.Backend) {
@@ -189,15 +243,22 @@ func testExec(t *testing.T, f Factory, b backend.Backend) {
 	if out != "out\n" || errb != "err\n" || res.ExitCode != 3 {
 		t.Fatalf("got stdout %q stderr %q exit %d", out, errb, res.ExitCode)
 	}
-	if got := s.Sh(t, "", "id -un; id -u; pwd; echo $HOME; echo $WARDEN_TEST"); got != "user\n1000\n/home/user\n/home/user\nsandbox-env\n" {
-		t.Fatalf("default user context = %q", got)
-	}
-	if got := s.Sh(t, "root", "id -u; echo $HOME"); got != "0\n/root\n" {
-		t.Fatalf("root context = %q", got)
+	home, tmp := s.dirs(t, f)
+	if f.Unconfined {
+		if got := s.Sh(t, "", "pwd; echo $HOME; echo $WARDEN_TEST"); got != home+"\n"+home+"\nsandbox-env\n" {
+			t.Fatalf("default user context = %q", got)
+		}
+	} else {
+		if got := s.Sh(t, "", "id -un; id -u; pwd; echo $HOME; echo $WARDEN_TEST"); got != "user\n1000\n/home/user\n/home/user\nsandbox-env\n" {
+			t.Fatalf("default user context = %q", got)
+		}
+		if got := s.Sh(t, "root", "id -u; echo $HOME"); got != "0\n/root\n" {
+			t.Fatalf("root context = %q", got)
+		}
 	}
 	var out2 bytes.Buffer
-	res, err := s.Client.Run(context.Background(), agentclient.Cmd{Args: []string{"sh", "-c", "pwd; echo $A"}, Dir: "/tmp", Env: map[string]string{"A": "b"}, Stdout: &out2})
-	if err != nil || out2.String() != "/tmp\nb\n" || res.ExitCode != 0 {
+	res, err := s.Client.Run(context.Background(), agentclient.Cmd{Args: []string{"sh", "-c", "pwd; echo $A"}, Dir: tmp, Env: map[string]string{"A": "b"}, Stdout: &out2})
+	if err != nil || out2.String() != tmp+"\nb\n" || res.ExitCode != 0 {
 		t.Fatalf("cwd/env: %q %v %+v", out2.String(), err, res)
 	}
 	if _, err := s.Client.Run(context.Background(), agentclient.Cmd{Args: []string{"true"}, Dir: "/does/not/exist"}); err == nil {
@@ -206,11 +267,13 @@ func testExec(t *testing.T, f Factory, b backend.Backend) {
 	if res, err := s.Client.Run(context.Background(), agentclient.Cmd{Args: []string{"/no/such/binary"}}); err == nil && res.ExitCode == 0 && res.Error == "" {
 		t.Fatal("missing binary reported success")
 	}
-	if got := s.Sh(t, "", "hostname"); strings.TrimSpace(got) != s.H.ID {
-		t.Fatalf("hostname = %q, want %q", got, s.H.ID)
-	}
-	for _, tool := range []string{"bash --version", "python3 -c 'print(6*7)'", "node -e 'console.log(6*7)'", "git --version", "ls /usr/bin/env"} {
-		s.Sh(t, "", tool)
+	if !f.Unconfined { // the hostname and the template's tools
+		if got := s.Sh(t, "", "hostname"); strings.TrimSpace(got) != s.H.ID {
+			t.Fatalf("hostname = %q, want %q", got, s.H.ID)
+		}
+		for _, tool := range []string{"bash --version", "python3 -c 'print(6*7)'", "node -e 'console.log(6*7)'", "git --version", "ls /usr/bin/env"} {
+			s.Sh(t, "", tool)
+		}
 	}
 	// Concurrent execs over one connection.
 	errs := make(chan error, 8)
@@ -329,7 +392,8 @@ func testFiles(t *testing.T, f Factory, b backend.Backend) {
 	s := Start(t, f, b, nil)
 	ctx := context.Background()
 	c := s.Client
-	if err := c.WriteFile(ctx, "/home/user/dir/a.txt", "", 0o640, strings.NewReader("hello")); err != nil {
+	home, _ := s.dirs(t, f)
+	if err := c.WriteFile(ctx, home+"/dir/a.txt", "", 0o640, strings.NewReader("hello")); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	r, err := c.ReadFile(ctx, "dir/a.txt", "")
@@ -341,20 +405,24 @@ func testFiles(t *testing.T, f Factory, b backend.Backend) {
 	if string(got) != "hello" {
 		t.Fatalf("read back %q", got)
 	}
-	if out := s.Sh(t, "", "stat -c '%U %a' /home/user/dir/a.txt"); out != "user 640\n" {
+	if f.Unconfined {
+		if out := s.Sh(t, "", "stat -c '%a' "+home+"/dir/a.txt"); out != "640\n" {
+			t.Fatalf("mode = %q", out)
+		}
+	} else if out := s.Sh(t, "", "stat -c '%U %a' /home/user/dir/a.txt"); out != "user 640\n" {
 		t.Fatalf("owner/mode = %q", out)
 	}
-	st, err := c.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/home/user/dir/a.txt"}))
+	st, err := c.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: home + "/dir/a.txt"}))
 	if err != nil || st.Msg.GetEntry().GetSize() != 5 || st.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_FILE {
 		t.Fatalf("stat: %v %+v", err, st)
 	}
-	if _, err := c.FS.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "/home/user/x/y/z"})); err != nil {
+	if _, err := c.FS.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: home + "/x/y/z"})); err != nil {
 		t.Fatalf("mkdir: %v", err)
 	}
-	if _, err := c.FS.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "/home/user/dir/a.txt", Destination: "/home/user/x/b.txt"})); err != nil {
+	if _, err := c.FS.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: home + "/dir/a.txt", Destination: home + "/x/b.txt"})); err != nil {
 		t.Fatalf("move: %v", err)
 	}
-	ls, err := c.FS.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "/home/user/x", Depth: 2}))
+	ls, err := c.FS.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: home + "/x", Depth: 2}))
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
@@ -362,26 +430,28 @@ func testFiles(t *testing.T, f Factory, b backend.Backend) {
 	for _, e := range ls.Msg.GetEntries() {
 		names[e.GetPath()] = true
 	}
-	for _, want := range []string{"/home/user/x/b.txt", "/home/user/x/y", "/home/user/x/y/z"} {
+	for _, want := range []string{home + "/x/b.txt", home + "/x/y", home + "/x/y/z"} {
 		if !names[want] {
 			t.Fatalf("list depth 2 lacks %s: %v", want, names)
 		}
 	}
-	if _, err := c.FS.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "/home/user/x"})); err != nil {
+	if _, err := c.FS.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: home + "/x"})); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
-	if _, err := c.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/home/user/x"})); connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := c.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: home + "/x"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("stat removed = %v, want not_found", err)
 	}
 	// The default user cannot read root's files; root can.
-	s.Sh(t, "root", "echo secret > /root/s; chmod 600 /root/s")
-	if _, err := c.ReadFile(ctx, "/root/s", ""); err == nil {
-		t.Fatal("user read /root/s")
-	}
-	if r, err := c.ReadFile(ctx, "/root/s", "root"); err != nil {
-		t.Fatalf("root read: %v", err)
-	} else {
-		r.Close()
+	if !f.Unconfined {
+		s.Sh(t, "root", "echo secret > /root/s; chmod 600 /root/s")
+		if _, err := c.ReadFile(ctx, "/root/s", ""); err == nil {
+			t.Fatal("user read /root/s")
+		}
+		if r, err := c.ReadFile(ctx, "/root/s", "root"); err != nil {
+			t.Fatalf("root read: %v", err)
+		} else {
+			r.Close()
+		}
 	}
 	// Tar round trip.
 	var tb bytes.Buffer
@@ -391,13 +461,13 @@ func testFiles(t *testing.T, f Factory, b backend.Backend) {
 		tw.Write([]byte(body))
 	}
 	tw.Close()
-	if err := c.Upload(ctx, "/home/user/up", "", &tb); err != nil {
+	if err := c.Upload(ctx, home+"/up", "", &tb); err != nil {
 		t.Fatalf("upload: %v", err)
 	}
-	if out := s.Sh(t, "", "cat /home/user/up/p/one /home/user/up/p/q/two"); out != "122" {
+	if out := s.Sh(t, "", "cat "+home+"/up/p/one "+home+"/up/p/q/two"); out != "122" {
 		t.Fatalf("uploaded content = %q", out)
 	}
-	rc, err := c.Download(ctx, "/home/user/up", "")
+	rc, err := c.Download(ctx, home+"/up", "")
 	if err != nil {
 		t.Fatalf("download: %v", err)
 	}
@@ -420,7 +490,7 @@ func testFiles(t *testing.T, f Factory, b backend.Backend) {
 	tw.WriteHeader(&tar.Header{Name: "../../etc/evil", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
 	tw.Write([]byte("x"))
 	tw.Close()
-	if err := c.Upload(ctx, "/home/user/up", "root", &tb); err == nil {
+	if err := c.Upload(ctx, home+"/up", "root", &tb); err == nil {
 		t.Fatal("tar slip upload succeeded")
 	}
 	if _, err := c.FS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/etc/evil"})); connect.CodeOf(err) != connect.CodeNotFound {
@@ -432,8 +502,10 @@ func testWatch(t *testing.T, f Factory, b backend.Backend) {
 	s := Start(t, f, b, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s.Sh(t, "", "mkdir -p /home/user/w")
-	stream, err := s.Client.FS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: "/home/user/w", Recursive: true}))
+	home, _ := s.dirs(t, f)
+	w := home + "/w"
+	s.Sh(t, "", "mkdir -p "+w)
+	stream, err := s.Client.FS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: w, Recursive: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +513,7 @@ func testWatch(t *testing.T, f Factory, b backend.Backend) {
 	if !stream.Receive() || stream.Msg().GetStart() == nil {
 		t.Fatalf("no start event: %v", stream.Err())
 	}
-	s.Sh(t, "", "echo x > /home/user/w/f; mkdir /home/user/w/sub; sleep 0.2; echo y > /home/user/w/sub/g; rm /home/user/w/f")
+	s.Sh(t, "", strings.ReplaceAll("echo x > W/f; mkdir W/sub; sleep 0.2; echo y > W/sub/g; rm W/f", "W", w))
 	want := map[string]bool{"CREATE f": false, "REMOVE f": false, "CREATE sub/g": false}
 	for stream.Receive() {
 		ev := stream.Msg().GetFilesystem()
@@ -581,13 +653,15 @@ print(len(ps), failed)
 }
 
 // counterScript keeps a count in a shell variable (the process's memory)
-// and writes it out every 50ms with the shell's pid.
-const counterScript = `i=0; while :; do i=$((i+1)); echo "$$ $i" > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done`
+// and writes it out every 50ms with the shell's pid, to tmp/count.
+func counterScript(tmp string) string {
+	return strings.ReplaceAll(`i=0; while :; do i=$((i+1)); echo "$$ $i" > TMP/count.new; mv TMP/count.new TMP/count; sleep 0.05; done`, "TMP", tmp)
+}
 
 // readCounter returns the counter process's pid and count.
 func readCounter(t *testing.T, s *Sandbox) (pid, n int) {
 	t.Helper()
-	out := strings.TrimSpace(s.Sh(t, "", "cat /tmp/count"))
+	out := strings.TrimSpace(s.Sh(t, "", "cat "+s.tmp+"/count"))
 	if _, err := fmt.Sscanf(out, "%d %d", &pid, &n); err != nil {
 		t.Fatalf("counter: %q: %v", out, err)
 	}
@@ -596,9 +670,10 @@ func readCounter(t *testing.T, s *Sandbox) (pid, n int) {
 
 // startCounter starts the counter in the background and waits for its
 // first count.
-func startCounter(t *testing.T, s *Sandbox) {
+func startCounter(t *testing.T, f Factory, s *Sandbox) {
 	t.Helper()
-	s.Sh(t, "", "(sh -c '"+counterScript+"' >/dev/null 2>&1 &); for i in $(seq 100); do [ -s /tmp/count ] && exit 0; sleep 0.05; done; exit 1")
+	_, tmp := s.dirs(t, f)
+	s.Sh(t, "", "(sh -c '"+counterScript(tmp)+"' >/dev/null 2>&1 &); for i in $(seq 100); do [ -s "+tmp+"/count ] && exit 0; sleep 0.05; done; exit 1")
 }
 
 // checkCounting checks the counter process is the same one and counts on
@@ -623,8 +698,13 @@ func testPause(t *testing.T, f Factory, b backend.Backend) {
 	}
 	s := Start(t, f, b, nil)
 	ctx := context.Background()
-	s.Sh(t, "", "echo kept > /home/user/state && head -c 48M /dev/urandom > /dev/shm/blob && md5sum /dev/shm/blob > /home/user/blob.md5")
-	startCounter(t, s)
+	home, tmp := s.dirs(t, f)
+	shm := "/dev/shm"
+	if f.Unconfined {
+		shm = tmp
+	}
+	s.Sh(t, "", strings.NewReplacer("HOME", home, "SHM", shm).Replace("echo kept > HOME/state && head -c 48M /dev/urandom > SHM/blob && md5sum SHM/blob > HOME/blob.md5"))
+	startCounter(t, f, s)
 	pid, n := readCounter(t, s)
 	before, err := b.Usage(ctx, s.H)
 	if err != nil {
@@ -673,9 +753,9 @@ func testPause(t *testing.T, f Factory, b backend.Backend) {
 	}
 	c := agentclient.New(func(ctx context.Context) (netConn, error) { return b2.DialAgent(ctx, s.H) })
 	defer c.Close()
-	s2 := &Sandbox{B: b2, H: s.H, Client: c}
+	s2 := &Sandbox{B: b2, H: s.H, Client: c, home: home, tmp: tmp}
 	checkCounting(t, s2, pid, n, "after pause, daemon restart and resume")
-	if got := s2.Sh(t, "", "cat /home/user/state && md5sum -c --quiet /home/user/blob.md5 && echo blob-ok"); got != "kept\nblob-ok\n" {
+	if got := s2.Sh(t, "", "cat "+home+"/state && md5sum -c --quiet "+home+"/blob.md5 && echo blob-ok"); got != "kept\nblob-ok\n" {
 		t.Fatalf("files after resume: %q", got)
 	}
 	// Pause and resume again, on the same backend.
@@ -705,7 +785,7 @@ func testFork(t *testing.T, f Factory, b backend.Backend) {
 	ctx := context.Background()
 	src := Start(t, f, b, nil)
 	src.Sh(t, "", "echo parent > /home/user/state")
-	startCounter(t, src)
+	startCounter(t, f, src)
 	pid, n := readCounter(t, src)
 	ref, err := sn.Snapshot(ctx, src.H)
 	if err != nil {
@@ -734,7 +814,7 @@ func testFork(t *testing.T, f Factory, b backend.Backend) {
 		})
 		c := agentclient.New(func(ctx context.Context) (netConn, error) { return b.DialAgent(ctx, h) })
 		t.Cleanup(c.Close)
-		forks = append(forks, &Sandbox{B: b, H: h, Client: c})
+		forks = append(forks, &Sandbox{B: b, H: h, Client: c, home: src.home, tmp: src.tmp})
 	}
 	var rnd []string
 	for i, fk := range forks {
@@ -760,7 +840,8 @@ func testFork(t *testing.T, f Factory, b backend.Backend) {
 
 func testRecover(t *testing.T, f Factory, b backend.Backend) {
 	s := Start(t, f, b, nil)
-	s.Sh(t, "", "echo kept > /home/user/state")
+	home, tmp := s.dirs(t, f)
+	s.Sh(t, "", "echo kept > "+home+"/state")
 	h := s.H // the handle Start returned: what a daemon stores
 	// A second backend instance stands in for a restarted daemon.
 	b2 := f.New(t)
@@ -769,8 +850,8 @@ func testRecover(t *testing.T, f Factory, b backend.Backend) {
 	}
 	c := agentclient.New(func(ctx context.Context) (netConn, error) { return b2.DialAgent(ctx, h) })
 	defer c.Close()
-	s2 := &Sandbox{B: b2, H: h, Client: c}
-	if got := s2.Sh(t, "", "cat /home/user/state"); got != "kept\n" {
+	s2 := &Sandbox{B: b2, H: h, Client: c, home: home, tmp: tmp}
+	if got := s2.Sh(t, "", "cat "+home+"/state"); got != "kept\n" {
 		t.Fatalf("state after recover = %q", got)
 	}
 	// A handle whose sandbox is gone is reported lost, not re-attached.
@@ -800,7 +881,12 @@ func testTeardown(t *testing.T, f Factory, b backend.Backend) {
 	c := agentclient.New(func(ctx context.Context) (netConn, error) { return b.DialAgent(ctx, h) })
 	s := &Sandbox{B: b, H: h, Client: c}
 	// Leave things running: background processes, a daemonised orphan, files, a PTY.
-	s.Sh(t, "", "sleep 1000 & (setsid sleep 1000 &) ; echo x > /tmp/f; echo y > /dev/shm/g")
+	_, tmp := s.dirs(t, f)
+	shm := "/dev/shm"
+	if f.Unconfined {
+		shm = tmp
+	}
+	s.Sh(t, "", "sleep 1000 & (setsid sleep 1000 &) ; echo x > "+tmp+"/f; echo y > "+shm+"/g")
 	stream, err := c.Start(ctx, agentclient.Cmd{Args: []string{"sleep", "1000"}, PTY: &agentclient.PTYSize{Cols: 80, Rows: 24}})
 	if err == nil {
 		stream.Receive()
@@ -811,6 +897,9 @@ func testTeardown(t *testing.T, f Factory, b backend.Backend) {
 	}
 	if left := f.Leftovers(t, h.ID); len(left) > 0 {
 		t.Fatalf("leftovers after delete: %v", left)
+	}
+	if f.Unconfined {
+		return // kill -1 from inside would reach the host's processes
 	}
 	// A sandbox that kills everything from inside is noticed.
 	s2 := Start(t, f, b, nil)

@@ -66,7 +66,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/backend"
-	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
+	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit/gwire"
 	"github.com/warden-sandbox/warden/internal/backend/hostproc"
 	"github.com/warden-sandbox/warden/internal/crashpoint"
 )
@@ -92,7 +92,7 @@ const snapshotDir = ".snapshots"
 // suspendAgent asks the agent to close its host sockets and waits until it
 // has.
 func (b *Backend) suspendAgent(ctx context.Context, st handleData) error {
-	marker := filepath.Join(st.control(), ginit.SuspendedName)
+	marker := filepath.Join(st.control(), gwire.SuspendedName)
 	os.Remove(marker)
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -101,13 +101,13 @@ func (b *Backend) suspendAgent(ctx context.Context, st handleData) error {
 			// by an older Warden (a sandbox restored from its image) has
 			// none and serves it on the agent's.
 			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", filepath.Join(st.control(), ginit.ControlSocketName))
+			c, err := d.DialContext(ctx, "unix", filepath.Join(st.control(), gwire.ControlSocketName))
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
 				return d.DialContext(ctx, "unix", st.socket())
 			}
 			return c, err
 		}}, Timeout: 5 * time.Second}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+ginit.SuspendPath, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+gwire.SuspendPath, nil)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("suspend agent: %w", err)
@@ -138,7 +138,7 @@ func (b *Backend) wakeAgent(ctx context.Context, bx *box) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
 	defer cancel()
-	marker := filepath.Join(bx.state.control(), ginit.SuspendedName)
+	marker := filepath.Join(bx.state.control(), gwire.SuspendedName)
 	for {
 		if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
 			break
@@ -341,7 +341,7 @@ func holdsUnder(pid int, prefixes []string) bool {
 // suspension but not yet started it, so the agent is first brought to the
 // suspended state, then woken as a resume does.
 func (b *Backend) reviveAgent(ctx context.Context, bx *box) error {
-	marker := filepath.Join(bx.state.control(), ginit.SuspendedName)
+	marker := filepath.Join(bx.state.control(), gwire.SuspendedName)
 	if _, err := os.Stat(marker); err != nil {
 		if err := b.suspendAgent(ctx, bx.state); err != nil {
 			// Refused: a suspension is under way (its listener is
@@ -764,14 +764,14 @@ func (b *Backend) StartFrom(ctx context.Context, h backend.Handle, ref backend.S
 // socket files (bound and closed here; the init binds them anew), and the suspended
 // marker, which the agent removes once it listens.
 func plantControl(dir string) error {
-	for _, name := range []string{ginit.OOMFileName, ginit.SuspendedName} {
+	for _, name := range []string{gwire.OOMFileName, gwire.SuspendedName} {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
 		if err != nil {
 			return err
 		}
 		f.Close()
 	}
-	for _, name := range []string{ginit.SocketName, ginit.ControlSocketName, ginit.WatchdogSocketName} {
+	for _, name := range []string{gwire.SocketName, gwire.ControlSocketName, gwire.WatchdogSocketName} {
 		ln, err := net.Listen("unix", filepath.Join(dir, name))
 		if err != nil {
 			return err

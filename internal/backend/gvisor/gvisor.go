@@ -117,7 +117,7 @@
 //
 // Without Spec.Network a sandbox runs with --network=none: loopback only.
 // With it, the daemon puts the sandbox's link into a network namespace of
-// its own between Create and Start (netns.go, NetNSer in internal/sandbox),
+// its own between Create and Start (netns.go, backend.NetNSer),
 // and runsc runs with --network=sandbox, so gVisor's netstack takes that
 // namespace's devices at boot; all egress then goes through wardend's
 // egress path as for a native sandbox.
@@ -173,21 +173,52 @@ const (
 var _ backend.Backend = (*Backend)(nil)
 var _ backend.Pauser = (*Backend)(nil)
 var _ backend.Eventer = (*Backend)(nil)
+var _ backend.OrphanCleaner = (*Backend)(nil)
+var _ backend.Sweeper = (*Backend)(nil)
+var _ backend.NetNSer = (*Backend)(nil)
+
+// Retry is how often wardend looks for a usable runsc again while the
+// gvisor backend cannot run (scripts/run.sh builds runsc in the background
+// while the daemon already serves native sandboxes).
+const Retry = 10 * time.Second
 
 func init() {
 	backend.Register(backend.Registration{
-		ID: ID,
-		New: func(raw json.RawMessage) (backend.Backend, error) {
-			var c Config
-			if len(raw) > 0 {
-				if err := json.Unmarshal(raw, &c); err != nil {
-					return nil, fmt.Errorf("gvisor config: %w", err)
-				}
+		ID:          ID,
+		Preflight:   Preflight,
+		Retry:       Retry,
+		Fingerprint: runscID,
+		New: func(p backend.Params, decode func(any) error) (backend.Backend, error) {
+			c := Config{RunDir: filepath.Join(p.RunDir, ID), AgentPath: p.AgentPath,
+				CheckpointDir: filepath.Join(p.StateDir, "gvisor-checkpoints"),
+				DiskDir:       filepath.Join(p.StateDir, "disks", ID)}
+			if err := decode(&c); err != nil {
+				return nil, fmt.Errorf("gvisor config: %w", err)
 			}
-			return New(c)
+			b, err := New(c)
+			if err != nil {
+				return nil, err
+			}
+			if medium, why := b.WritableLayer(); medium == "memory" && p.Log != nil {
+				p.Log.Error("SANDBOX DISK IS MEMORY: gvisor sandboxes' writable layers cannot go on disk here and stay in gVisor's memory, charged to their memory limit (a large upload can end a sandbox)", "reason", why)
+			}
+			return b, nil
 		},
-		Preflight: Preflight,
 	})
+}
+
+// runscID identifies the runsc on PATH (path, size, mtime), "" if none: a
+// new or rebuilt runsc is preflighted at once, not after the rate limit.
+func runscID() string {
+	p, err := exec.LookPath("runsc")
+	if err != nil {
+		return ""
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s %d %d", p, fi.Size(), fi.ModTime().UnixNano())
 }
 
 // Config configures the gvisor backend.
@@ -195,29 +226,29 @@ type Config struct {
 	// RunDir holds one directory per sandbox (bundle, root mount, control
 	// socket, writable layer, logs), runsc's state (RunDir/.runsc) and a
 	// copy of the agent (RunDir/.warden-agent).
-	RunDir string `json:"run_dir"`
+	RunDir string `json:"run_dir" yaml:"run_dir"`
 	// AgentPath is the warden-agent binary (static); default: next to the
 	// running executable, then $PATH.
-	AgentPath string `json:"agent_path"`
+	AgentPath string `json:"agent_path" yaml:"agent_path"`
 	// Runsc is the runsc binary; default: "runsc" on $PATH.
-	Runsc string `json:"runsc"`
+	Runsc string `json:"runsc" yaml:"runsc"`
 	// Platform is gVisor's platform; default "systrap".
-	Platform string `json:"platform"`
+	Platform string `json:"platform" yaml:"platform"`
 	// DirectFS lets the sentry open files itself (see the package doc).
-	DirectFS bool `json:"directfs"`
+	DirectFS bool `json:"directfs" yaml:"directfs"`
 	// MemoryHeadroom is added to the sandbox's memory limit for its host
 	// cgroup (the sentry's own memory and a backstop); default 128 MiB.
-	MemoryHeadroom int64 `json:"memory_headroom"`
+	MemoryHeadroom int64 `json:"memory_headroom" yaml:"memory_headroom"`
 	// PidsHeadroom is added to the sandbox's pids limit for its host
 	// cgroup (the sentry's threads, systrap's stubs); default 512.
-	PidsHeadroom int64 `json:"pids_headroom"`
+	PidsHeadroom int64 `json:"pids_headroom" yaml:"pids_headroom"`
 	// CPUPeriod is the CFS period of the host cgroup's CPU quota; default
 	// 500ms (see the package doc).
-	CPUPeriod time.Duration `json:"cpu_period"`
+	CPUPeriod time.Duration `json:"cpu_period" yaml:"cpu_period"`
 	// DentryCache bounds the dentries gVisor caches per sandbox, and so the
 	// host file descriptors its sentry and gofer keep open (--dcache);
 	// default 256.
-	DentryCache int `json:"dentry_cache"`
+	DentryCache int `json:"dentry_cache" yaml:"dentry_cache"`
 	// DiskDir, when set, puts the writable layer of "/" on the host's
 	// disk: gVisor's overlay keeps it in a file (its filestore) in a
 	// per-sandbox ext4 image in this directory, loop-mounted on the
@@ -225,21 +256,21 @@ type Config struct {
 	// whatever the sentry does. Empty, or a host that cannot mount images:
 	// DiskOverlay decides. Pause and fork work either way (see
 	// checkpoint.go).
-	DiskDir string `json:"disk_dir"`
+	DiskDir string `json:"disk_dir" yaml:"disk_dir"`
 	// DiskOverlay, without a usable DiskDir, puts the writable layer of "/"
 	// in a host file of the run directory (sparse, capped only by gVisor's
 	// own overlay size) instead of memory.
-	DiskOverlay bool `json:"disk_overlay"`
+	DiskOverlay bool `json:"disk_overlay" yaml:"disk_overlay"`
 	// StartTimeout bounds how long Start waits for the agent.
-	StartTimeout time.Duration `json:"start_timeout"`
+	StartTimeout time.Duration `json:"start_timeout" yaml:"start_timeout"`
 	// Debug makes runsc write debug logs to each sandbox's run directory.
-	Debug bool `json:"debug"`
+	Debug bool `json:"debug" yaml:"debug"`
 	// CheckpointDir holds paused sandboxes' checkpoints, one directory per
 	// sandbox (default RunDir/checkpoints). It belongs on a disk that
 	// survives a reboot, not on /run's tmpfs: wardend puts it under its
 	// state directory, so a paused sandbox's memory leaves RAM and the
 	// sandbox survives a host reboot.
-	CheckpointDir string `json:"checkpoint_dir"`
+	CheckpointDir string `json:"checkpoint_dir" yaml:"checkpoint_dir"`
 }
 
 func (c *Config) defaults() {
@@ -466,6 +497,20 @@ func (b *Backend) releaseUpper(id string, st handleData) error {
 	return diskimg.Unmount(st.upper())
 }
 
+// Sweep implements backend.Sweeper: disk images no sandbox owns
+// (PurgeDisks) and the snapshots of forks a crash interrupted
+// (PurgeSnapshots).
+func (b *Backend) Sweep(context.Context) error {
+	var errs []error
+	if err := b.PurgeDisks(); err != nil {
+		errs = append(errs, fmt.Errorf("remove leftover disk images: %w", err))
+	}
+	if err := b.PurgeSnapshots(); err != nil {
+		errs = append(errs, fmt.Errorf("remove leftover fork snapshots: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
 // PurgeDisks deletes disk images no known sandbox owns (a crash between the
 // image and the run directory, or a reboot that took the run directory of
 // a sandbox that is gone). Call it after Recover.
@@ -534,7 +579,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, NeedsRoot: true}
+	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, Events: true, Network: backend.NetworkBeforeStart, NeedsRoot: true}
 }
 
 // Paths of a sandbox's run directory.
@@ -746,7 +791,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		OpenFiles:   l.OpenFiles,
 		RootCaps:    rootCaps,
 		Seccomp:     b.seccomp,
-		Agent:       agentcfg.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: l.DiskBytes},
+		Agent:       agentcfg.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: l.DiskBytes, Sudo: spec.Sudo},
 		UpperBytes:  l.DiskBytes,
 		ResolvConf:  spec.ResolvConf,
 	}
@@ -1029,7 +1074,7 @@ func (bx *box) watch(pidfd int, exited chan struct{}) {
 	if bx.onDisk.Load() && !bx.killed.Load() {
 		return
 	}
-	es := backend.ExitStatus{Code: -1, ExitedAt: time.Now(), Reason: "the sandbox's kernel exited"}
+	es := backend.ExitStatus{Code: -1, Reason: "the sandbox's kernel exited"}
 	if bx.killed.Load() {
 		es.Signal = int(syscall.SIGKILL)
 		es.Code = 128 + es.Signal
@@ -1135,7 +1180,7 @@ func (b *Backend) killSandbox(ctx context.Context, bx *box) error {
 	bx.killed.Store(true)
 	if bx.onDisk.Load() {
 		// Checkpointed: no process to kill; the sandbox ends here.
-		bx.finish(backend.ExitStatus{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), ExitedAt: time.Now(), Reason: "sandbox killed"})
+		bx.finish(backend.ExitStatus{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Reason: "sandbox killed"})
 		return nil
 	}
 	if bx.pidfd >= 0 {
@@ -1152,7 +1197,7 @@ func (b *Backend) killSandbox(ctx context.Context, bx *box) error {
 		return nil
 	case <-bx.exited:
 		// A sentry of a sandbox being checkpointed: watch saw the kill.
-		bx.finish(backend.ExitStatus{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), ExitedAt: time.Now(), Reason: "sandbox killed"})
+		bx.finish(backend.ExitStatus{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Reason: "sandbox killed"})
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -1195,9 +1240,9 @@ func (b *Backend) Status(ctx context.Context, h backend.Handle) (backend.State, 
 }
 
 // Usage implements backend.Backend. CPU and memory are the host cgroup's
-// (the sandbox's processes and the sentry and gofer serving them); Pids and
-// PidsLimitHits are not observable from the host (the pids limit lives in
-// gVisor's kernel): -1. OOM events are the memory watchdog's kills plus any
+// (the sandbox's processes and the sentry and gofer serving them); Pids is
+// not observable from the host (the pids limit lives in gVisor's kernel):
+// -1. OOM events are the memory watchdog's kills plus any
 // kill by the host's OOM killer.
 func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, error) {
 	bx, err := b.lookup(h)
@@ -1213,7 +1258,7 @@ func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, e
 		return backend.Usage{}, fmt.Errorf("cgroup stats: %w", err)
 	}
 	u := backend.Usage{CPUNanos: int64(s.CPUNanos), MemoryBytes: int64(s.MemoryBytes), MemoryPeak: int64(s.MemoryPeak),
-		Pids: -1, PidsLimitHits: -1, OOMEvents: bx.oomEvents(), DiskBytes: -1}
+		Pids: -1, OOMEvents: bx.oomEvents(), DiskBytes: -1}
 	switch {
 	case b.disk != nil:
 		u.DiskBytes = imageUsed(bx.state.upper())

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit"
+	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit/gwire"
 )
 
 // The host half of the memory watchdog.
@@ -65,7 +65,7 @@ func (b *Backend) watchMemory(bx *box, exited chan struct{}) {
 		return
 	}
 	// One connection, kept open: a byte per wake-up.
-	sock := filepath.Join(bx.state.control(), ginit.WatchdogSocketName)
+	sock := filepath.Join(bx.state.control(), gwire.WatchdogSocketName)
 	var conn net.Conn
 	defer func() {
 		if conn != nil {

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warden-sandbox/warden/internal/backend"
-	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
+	"github.com/warden-sandbox/warden/internal/backend/sbinit"
 )
 
 // makeNetNS creates a network namespace with its loopback up and binds it
@@ -39,7 +39,7 @@ func makeNetNS(path string) error {
 			errc <- fmt.Errorf("netns: unshare: %w", err)
 			return
 		}
-		err = nsinit.LoopbackUp()
+		err = sbinit.LoopbackUp()
 		if err == nil {
 			err = unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
 		}

@@ -18,7 +18,7 @@ import (
 // leaves no mount, loop device or image.
 func TestDiskWritableLayer(t *testing.T) {
 	diskDir := filepath.Join(filepath.Dir(runDir), "disks")
-	b, err := native.New(native.Config{RunDir: runDir, AgentPath: agentBin, Landlock: "require", DiskDir: diskDir})
+	b, err := native.New(native.Config{RunDir: runDir, AgentPath: agentBin, Landlock: testLandlock(), DiskDir: diskDir})
 	if err != nil {
 		t.Fatal(err)
 	}

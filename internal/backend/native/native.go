@@ -26,10 +26,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warden-sandbox/warden/internal/agent"
+	"github.com/warden-sandbox/warden/internal/agent/agentcfg"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/backend/hostproc"
-	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
+	"github.com/warden-sandbox/warden/internal/backend/native/nsinit/nswire"
+	"github.com/warden-sandbox/warden/internal/backend/sbinit"
 	"github.com/warden-sandbox/warden/internal/isolation/caps"
 	"github.com/warden-sandbox/warden/internal/isolation/cgroup"
 	"github.com/warden-sandbox/warden/internal/isolation/diskimg"
@@ -42,47 +43,57 @@ const ID = "native"
 var _ backend.Backend = (*Backend)(nil)
 var _ backend.Pauser = (*Backend)(nil)
 var _ backend.Eventer = (*Backend)(nil)
+var _ backend.OrphanCleaner = (*Backend)(nil)
+var _ backend.Sweeper = (*Backend)(nil)
+var _ backend.PIDer = (*Backend)(nil)
 
 func init() {
 	backend.Register(backend.Registration{
-		ID: ID,
-		New: func(raw json.RawMessage) (backend.Backend, error) {
-			var c Config
-			if len(raw) > 0 {
-				if err := json.Unmarshal(raw, &c); err != nil {
-					return nil, fmt.Errorf("native config: %w", err)
-				}
-			}
-			return New(c)
-		},
+		ID:        ID,
+		Required:  true, // the warm pool and template builds run on it
 		Preflight: Preflight,
+		New: func(p backend.Params, decode func(any) error) (backend.Backend, error) {
+			c := Config{RunDir: filepath.Join(p.RunDir, ID), AgentPath: p.AgentPath,
+				DiskDir: filepath.Join(p.StateDir, "disks", ID)}
+			if err := decode(&c); err != nil {
+				return nil, fmt.Errorf("native config: %w", err)
+			}
+			b, err := New(c)
+			if err != nil {
+				return nil, err
+			}
+			if medium, why := b.WritableLayer(); medium != "disk" && p.Log != nil {
+				p.Log.Error("SANDBOX DISK IS MEMORY: native sandboxes' writable layers cannot go on disk here and use a tmpfs charged to their memory limit (a large upload can OOM-kill a sandbox)", "reason", why)
+			}
+			return b, nil
+		},
 	})
 }
 
 // Config configures the native backend.
 type Config struct {
 	// RunDir holds one directory per sandbox (agent socket, state, log).
-	RunDir string `json:"run_dir"`
+	RunDir string `json:"run_dir" yaml:"run_dir"`
 	// AgentPath is the warden-agent binary; default: next to the running
 	// executable, then $PATH.
-	AgentPath string `json:"agent_path"`
+	AgentPath string `json:"agent_path" yaml:"agent_path"`
 	// UIDBase is the first host uid handed to sandboxes; each sandbox gets
 	// UIDRange ids from a slot of its own.
-	UIDBase  uint32 `json:"uid_base"`
-	UIDRange uint32 `json:"uid_range"`
+	UIDBase  uint32 `json:"uid_base" yaml:"uid_base"`
+	UIDRange uint32 `json:"uid_range" yaml:"uid_range"`
 	// MaxSandboxes bounds the number of uid slots.
-	MaxSandboxes int `json:"max_sandboxes"`
+	MaxSandboxes int `json:"max_sandboxes" yaml:"max_sandboxes"`
 	// Landlock: "require", "best-effort" (default) or "off".
-	Landlock string `json:"landlock"`
+	Landlock string `json:"landlock" yaml:"landlock"`
 	// StartTimeout bounds how long Start waits for the agent.
-	StartTimeout time.Duration `json:"start_timeout"`
+	StartTimeout time.Duration `json:"start_timeout" yaml:"start_timeout"`
 	// DiskDir, when set, puts each sandbox's writable layer (the root
 	// overlay's upper directory and /tmp) on the host's disk: a sparse ext4
 	// image of the disk limit in this directory, loop-mounted on the
 	// sandbox's stage directory (package diskimg). Empty, or a host that
 	// cannot mount images: a tmpfs of the disk limit, whose pages count
 	// against the sandbox's memory (see WritableLayer).
-	DiskDir string `json:"disk_dir"`
+	DiskDir string `json:"disk_dir" yaml:"disk_dir"`
 }
 
 func (c *Config) defaults() {
@@ -128,6 +139,10 @@ type Backend struct {
 
 	disk    *diskimg.Pool // nil: writable layers in memory
 	diskErr error         // why disk is nil although Config.DiskDir is set
+
+	sudoOnce  sync.Once // makes sudoFS, the source of sandboxes' sudo (sudo.go)
+	sudoFS    int
+	sudoFSErr error
 
 	mu    sync.Mutex
 	slots map[int]string // uid slot -> sandbox id
@@ -203,10 +218,21 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, agent: agentPath, seccomp: nsinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}
+	b := &Backend{cfg: cfg, agent: agentPath, seccomp: sbinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}
 	if cfg.DiskDir != "" {
 		if b.disk, err = diskimg.New(cfg.DiskDir); err != nil {
 			b.disk, b.diskErr = nil, err
+		}
+	}
+	if b.disk == nil {
+		// Without disk images the writable layer is a tmpfs, which must
+		// hold the overlay's user.* attributes (opaque directories).
+		if err := tmpfsUserXattr(); err != nil {
+			why := "no disk_dir is set"
+			if b.diskErr != nil {
+				why = "disk images are unusable: " + b.diskErr.Error()
+			}
+			return nil, fmt.Errorf("native: the writable layer would be in memory (%s), but %w; give sandboxes disk images (disk_dir, the daemon's default)", why, err)
 		}
 	}
 	return b, nil
@@ -230,6 +256,13 @@ func (b *Backend) removeDisk(id, dir string) {
 		return
 	}
 	diskimg.Unmount(stage)
+}
+
+// Sweep implements backend.Sweeper: it deletes disk images no sandbox owns
+// (PurgeDisks).
+func (b *Backend) Sweep(context.Context) error {
+	b.PurgeDisks()
+	return nil
 }
 
 // PurgeDisks deletes disk images no known sandbox owns (a sandbox whose run
@@ -310,7 +343,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "namespaces", Pause: true, NeedsRoot: true, CaptureUpper: true}
+	return backend.Capabilities{Isolation: "namespaces", Pause: true, Events: true, Network: backend.NetworkAfterStart, NeedsRoot: true, CaptureUpper: true}
 }
 
 func (b *Backend) handle(bx *box) backend.Handle {
@@ -546,20 +579,32 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	if err != nil {
 		return err
 	}
-	layers := make([]nsinit.Layer, len(spec.Layers))
+	layers := make([]nswire.Layer, len(spec.Layers))
 	for i, l := range spec.Layers {
-		layers[i] = nsinit.Layer{Target: l.Target, Fd: i}
+		layers[i] = nswire.Layer{Target: l.Target, Fd: i}
 	}
 	// Captured writable layers (template builds): writable idmapped mounts,
 	// so what the sandbox writes lands on disk with in-sandbox ids.
-	var uppers []nsinit.Layer
+	var uppers []nswire.Layer
 	for _, t := range slices.Sorted(maps.Keys(spec.Uppers)) {
 		fd, err := idmappedTree(pid, spec.Uppers[t], false)
 		if err != nil {
 			return err
 		}
-		uppers = append(uppers, nsinit.Layer{Target: t, Fd: len(fds)})
+		uppers = append(uppers, nswire.Layer{Target: t, Fd: len(fds)})
 		fds = append(fds, fd)
+	}
+	// sudo: the agent binary, bound read-only at /usr/local/bin/sudo by the
+	// init (sudo.go); without it the sandbox goes without sudo, logged.
+	var sudoFd *int
+	if spec.Sudo {
+		if fd, err := b.sudoMount(); err != nil {
+			fmt.Fprintf(logf, "sudo unavailable: %v\n", err)
+		} else {
+			sudoFd = new(int)
+			*sudoFd = len(fds)
+			fds = append(fds, fd)
+		}
 	}
 	rootCaps, err := caps.ByName(spec.RootCaps)
 	if err != nil {
@@ -569,7 +614,7 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	if hostname == "" {
 		hostname = spec.ID
 	}
-	icfg := nsinit.Config{
+	icfg := nswire.Config{
 		Hostname:  hostname,
 		StageDir:  filepath.Join(st.Dir, "stage"),
 		Layers:    layers,
@@ -582,7 +627,8 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 		OpenFiles: spec.Limits.OpenFiles,
 		Landlock:  b.cfg.Landlock,
 		Seccomp:   b.seccomp,
-		Agent:     agent.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: spec.Limits.DiskBytes},
+		SudoFd:    sudoFd,
+		Agent:     agentcfg.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: spec.Limits.DiskBytes, Sudo: sudoFd != nil},
 	}
 	conn, err := net.FileConn(parentF)
 	if err != nil {
@@ -590,14 +636,14 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	}
 	defer conn.Close()
 	uc := conn.(*net.UnixConn)
-	if err := nsinit.Send(uc, icfg, fds); err != nil {
+	if err := nswire.Send(uc, icfg, fds); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(b.cfg.StartTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := nsinit.WaitReady(uc, deadline); err != nil {
+	if err := nswire.WaitReady(uc, deadline); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", bx.id, err)
 	}
 	b.saveState(bx)
@@ -612,7 +658,7 @@ func (bx *box) finish(es backend.ExitStatus) {
 }
 
 func exitStatusOf(ps *os.ProcessState, err error) backend.ExitStatus {
-	es := backend.ExitStatus{ExitedAt: time.Now()}
+	es := backend.ExitStatus{}
 	if ps == nil {
 		es.Code = -1
 		if err != nil {
@@ -813,7 +859,7 @@ func (b *Backend) Usage(ctx context.Context, h backend.Handle) (backend.Usage, e
 		return backend.Usage{}, fmt.Errorf("cgroup stats: %w", err)
 	}
 	u := backend.Usage{CPUNanos: int64(s.CPUNanos), MemoryBytes: int64(s.MemoryBytes), MemoryPeak: int64(s.MemoryPeak),
-		Pids: int64(s.Pids), OOMEvents: int64(s.OOMEvents), PidsLimitHits: int64(s.PidsLimitHits), DiskBytes: -1}
+		Pids: int64(s.Pids), OOMEvents: int64(s.OOMEvents), DiskBytes: -1}
 	if bx.running() {
 		// The root overlay reports its upper layer, the size-limited tmpfs.
 		var sf unix.Statfs_t
@@ -973,7 +1019,7 @@ func (bx *box) watchPidfd() {
 		}
 		break
 	}
-	bx.finish(backend.ExitStatus{Code: -1, ExitedAt: time.Now(), Reason: "agent exited (status unknown: started by an earlier daemon)"})
+	bx.finish(backend.ExitStatus{Code: -1, Reason: "agent exited (status unknown: started by an earlier daemon)"})
 }
 
 func (b *Backend) cleanupOrphan(st handleData) {
@@ -1016,12 +1062,12 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 // Purge frees whatever is left of sandbox id on the host (its processes,
 // cgroup and run directory) when no handle for it can be read: a crash
 // between Create and the first saved handle.
-func (b *Backend) Purge(id string) {
+func (b *Backend) Purge(_ context.Context, id string) error {
 	b.mu.Lock()
 	_, live := b.boxes[id]
 	b.mu.Unlock()
 	if live || id == "" || strings.ContainsAny(id, "/.") {
-		return
+		return nil
 	}
 	b.cleanupOrphan(handleData{Cgroup: "sb-" + id, Dir: filepath.Join(b.cfg.RunDir, id)})
 	// A v1 hierarchy the cgroup library does not manage (another tool, or
@@ -1031,6 +1077,7 @@ func (b *Backend) Purge(id string) {
 	for _, d := range dirs {
 		os.Remove(d)
 	}
+	return nil
 }
 
 // Orphans lists sandbox directories under the run dir that no live sandbox

@@ -244,7 +244,7 @@ var probes = []probe{
 	}},
 	{"python3", func(string) error {
 		if _, err := exec.LookPath("python3"); err != nil {
-			return nil
+			return fmt.Errorf("python3 is not installed (scripts/install-deps.sh installs it), so this check cannot run: %w", err)
 		}
 		out, err := exec.Command("python3", "-c", "print(1)").Output()
 		if err != nil || string(out) != "1\n" {

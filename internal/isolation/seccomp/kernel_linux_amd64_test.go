@@ -489,7 +489,7 @@ var works = []struct {
 	{"mkfifo", func(e *probeEnv) error { return unix.Mkfifo(filepath.Join(e.dir, "fifo"), 0o600) }},
 	{"python3", func(*probeEnv) error {
 		if _, err := exec.LookPath("python3"); err != nil {
-			return nil // not installed: nothing to check
+			return fmt.Errorf("python3 is not installed (scripts/install-deps.sh installs it), so this check cannot run: %w", err)
 		}
 		return expectOutput(exec.Command("python3", "-c",
 			"import socket, subprocess, threading; socket.getaddrinfo('localhost', 80); "+
@@ -498,7 +498,7 @@ var works = []struct {
 	}},
 	{"node", func(e *probeEnv) error {
 		if _, err := exec.LookPath("node"); err != nil {
-			return nil
+			return fmt.Errorf("node is not installed (scripts/install-deps.sh installs it), so this check cannot run: %w", err)
 		}
 		f := filepath.Join(e.dir, "node.txt")
 		return expectOutput(exec.Command("node", "-e",
@@ -507,7 +507,7 @@ var works = []struct {
 	}},
 	{"git", func(e *probeEnv) error {
 		if _, err := exec.LookPath("git"); err != nil {
-			return nil
+			return fmt.Errorf("git is not installed (scripts/install-deps.sh installs it), so this check cannot run: %w", err)
 		}
 		repo := filepath.Join(e.dir, "repo")
 		return expectOutput(exec.Command("sh", "-c",

@@ -24,7 +24,7 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEvent) error {
 		return fmt.Errorf("append audit event %d: seq in use: %w", e.Seq, store.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("append audit event %d: %w", e.Seq, err)
+		return full(fmt.Errorf("append audit event %d: %w", e.Seq, err))
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) error {
 		return s.insertMetadata(ctx, tx, sb.ID, sb.Metadata)
 	})
 	switch {
+	case isNameTaken(err):
+		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, store.ErrNameInUse)
 	case isUnique(err):
 		return fmt.Errorf("create sandbox %s: id in use: %w", sb.ID, store.ErrConflict)
 	case isForeignKey(err):
@@ -86,6 +88,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*store.San
 			if isForeignKey(err) {
 				return fmt.Errorf("owner %s: %w", sb.Owner, store.ErrNotFound)
 			}
+			if isNameTaken(err) {
+				return fmt.Errorf("name %q: %w", sb.Name, store.ErrNameInUse)
+			}
 			return err
 		}
 		if newMeta != oldMeta {
@@ -132,6 +137,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]sto
 	if f.Owner != "" {
 		where = append(where, `s.owner = ?`)
 		args = append(args, f.Owner)
+	}
+	if f.Name != "" {
+		where = append(where, `s.name = ?`)
+		args = append(args, f.Name)
 	}
 	if len(f.States) > 0 {
 		where = append(where, `s.state IN (?`+strings.Repeat(`, ?`, len(f.States)-1)+`)`)
@@ -239,7 +248,7 @@ func sandboxArgs(sb store.Sandbox) ([]any, string, error) {
 		sb.ID, sb.Template, sb.State, sb.Owner, sb.Backend, sb.CPUMillis, sb.MemoryMB, sb.DiskMB,
 		env, meta, sb.User, sb.Workdir,
 		nanos(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.ExpiresAt), nanos(sb.EndedAt), sb.EndReason, handle,
-		sb.TemplateID, lifecycle, string(sb.Network), sb.EnvdKey,
+		sb.TemplateID, lifecycle, string(sb.Network), sb.EnvdKey, sb.Name,
 	}, meta, nil
 }
 
@@ -263,7 +272,7 @@ func scanSandboxMeta(r scanner, meta *string) (store.Sandbox, error) {
 		netw                             string
 	)
 	err := r.Scan(&sb.ID, &sb.Template, &sb.State, &sb.Owner, &sb.Backend, &sb.CPUMillis, &sb.MemoryMB, &sb.DiskMB,
-		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle, &netw, &sb.EnvdKey)
+		&env, meta, &sb.User, &sb.Workdir, &created, &started, &expires, &ended, &sb.EndReason, &handle, &sb.TemplateID, &lifecycle, &netw, &sb.EnvdKey, &sb.Name)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

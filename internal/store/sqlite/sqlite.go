@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	sqlitedriver "modernc.org/sqlite"
@@ -148,16 +149,29 @@ func (s *Store) Close() error {
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return full(fmt.Errorf("begin: %w", err))
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
-		return err
+		return full(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return full(fmt.Errorf("commit: %w", err))
 	}
 	return nil
+}
+
+// full marks a write that failed because the disk is full (SQLITE_FULL,
+// or ENOSPC from the file system) with store.ErrFull.
+func full(err error) error {
+	var se *sqlitedriver.Error
+	if errors.Is(err, store.ErrFull) {
+		return err
+	}
+	if (errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL) || errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: %w", store.ErrFull, err)
+	}
+	return err
 }
 
 func cloneValues(v url.Values) url.Values {
@@ -181,6 +195,13 @@ func constraint(err error) int {
 func isUnique(err error) bool {
 	c := constraint(err)
 	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// isNameTaken reports a violation of the unique index on live sandboxes'
+// (owner, name), the only UNIQUE constraint of the sandboxes table (its id
+// is the primary key).
+func isNameTaken(err error) bool {
+	return constraint(err) == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }
 
 func isForeignKey(err error) bool {

@@ -7,7 +7,7 @@ import (
 )
 
 const sandboxColumns = `id, template, state, owner, backend, cpu_millis, memory_mb, disk_mb,
-	env, metadata, user_name, workdir, created_at, started_at, expires_at, ended_at, end_reason, handle, template_id, lifecycle, network, envd_key`
+	env, metadata, user_name, workdir, created_at, started_at, expires_at, ended_at, end_reason, handle, template_id, lifecycle, network, envd_key, name`
 
 const keyColumns = `id, principal_id, name, prefix, hash, scopes, created_at, revoked_at, last_used_at`
 
@@ -44,12 +44,12 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 		text string
 	}{
 		{writer, &st.insertSandbox, `INSERT INTO sandboxes (` + sandboxColumns + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{writer, &st.lockSandbox, `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`},
 		{writer, &st.updateSandbox, `UPDATE sandboxes SET template = ?, state = ?, owner = ?, backend = ?,
 			cpu_millis = ?, memory_mb = ?, disk_mb = ?, env = ?, metadata = ?, user_name = ?, workdir = ?,
 			created_at = ?, started_at = ?, expires_at = ?, ended_at = ?, end_reason = ?, handle = ?,
-			template_id = ?, lifecycle = ?, network = ?, envd_key = ? WHERE id = ?`},
+			template_id = ?, lifecycle = ?, network = ?, envd_key = ?, name = ? WHERE id = ?`},
 		{writer, &st.insertMeta, `INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`},
 		{writer, &st.deleteMeta, `DELETE FROM sandbox_metadata WHERE sandbox_id = ?`},
 		{writer, &st.insertAudit, `INSERT INTO audit_events (` + auditColumns + `)

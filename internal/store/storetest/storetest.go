@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Keys", testKeys},
 		{"AuditAppendAndList", testAudit},
 		{"AuditWalk", testAuditWalk},
+		{"SandboxNames", testSandboxNames},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,6 +126,7 @@ func sameSandbox(got, want store.Sandbox) error {
 		{"CPUMillis", got.CPUMillis, want.CPUMillis}, {"MemoryMB", got.MemoryMB, want.MemoryMB},
 		{"DiskMB", got.DiskMB, want.DiskMB}, {"User", got.User, want.User}, {"Workdir", got.Workdir, want.Workdir},
 		{"EndReason", got.EndReason, want.EndReason}, {"EnvdKey", got.EnvdKey, want.EnvdKey},
+		{"Name", got.Name, want.Name},
 	} {
 		if f.got != f.want {
 			return fmt.Errorf("%s = %v, want %v", f.name, f.got, f.want)

@@ -16,9 +16,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agent"
 	"github.com/warden-sandbox/warden/internal/agent/process"
-	"github.com/warden-sandbox/warden/internal/backend/native/nsinit"
-	"github.com/warden-sandbox/warden/internal/isolation/caps"
-	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
+	"github.com/warden-sandbox/warden/internal/backend/sbinit"
 )
 
 // Run is the body of "warden-agent gvisor-init". It returns only on failure;
@@ -50,6 +48,13 @@ func Run() error {
 	}
 	if err := setupFS(cfg); err != nil {
 		return err
+	}
+	if cfg.Agent.Sudo {
+		if err := mountSudo(); err != nil {
+			// No sudo then, rather than a mount through an unsafe path.
+			slog.Warn("sudo unavailable", "err", err)
+			cfg.Agent.Sudo = false
+		}
 	}
 	if err := writeIdentity(cfg.Hostname, cfg.ResolvConf); err != nil {
 		return err
@@ -417,22 +422,12 @@ const pidsCgroup = Dir + "/cgroup"
 // cannot leave the sandbox.
 func lockdown(cfg Config) error {
 	process.SpawnThreadSetup = func() error {
-		if err := caps.DropThreadExcept(cfg.RootCaps); err != nil {
-			return err
-		}
-		return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+		return sbinit.DropPrivileges(cfg.RootCaps)
 	}
 	if err := process.PrepareSpawnThread(); err != nil {
 		return err
 	}
-	prog, err := nsinit.DecodeProgram(cfg.Seccomp)
-	if err != nil {
-		return err
-	}
-	if err := seccomp.InstallProgram(prog); err != nil {
-		return fmt.Errorf("seccomp: %w", err)
-	}
-	return nil
+	return sbinit.InstallSeccomp(cfg.Seccomp)
 }
 
 // setupCgroup puts the agent, and so everything it starts, in a group of

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warden-sandbox/warden/internal/backend/gvisor/ginit/gwire"
 )
 
 // Checkpoints.
@@ -31,12 +33,11 @@ import (
 // to it; the init keeps a descriptor of it and binds through
 // /proc/self/fd/N, which gVisor resolves to the hidden directory.
 
-// SuspendPath is the agent route that starts a suspension.
-const SuspendPath = "/warden/suspend"
-
-// SuspendedName is the file the init creates in the control directory once
-// it holds no host socket.
-const SuspendedName = "suspended"
+// SuspendPath and SuspendedName: see package gwire.
+const (
+	SuspendPath   = gwire.SuspendPath
+	SuspendedName = gwire.SuspendedName
+)
 
 // control is the host-backed control directory and what the init serves
 // from it.

@@ -17,9 +17,9 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agent"
 	"github.com/warden-sandbox/warden/internal/agent/process"
-	"github.com/warden-sandbox/warden/internal/isolation/caps"
+	"github.com/warden-sandbox/warden/internal/agent/sudo"
+	"github.com/warden-sandbox/warden/internal/backend/sbinit"
 	"github.com/warden-sandbox/warden/internal/isolation/landlock"
-	"github.com/warden-sandbox/warden/internal/isolation/seccomp"
 )
 
 // Run is the body of "warden-agent init". It returns only on failure.
@@ -39,7 +39,7 @@ func Run() error {
 		reply("error: " + err.Error())
 		return err
 	}
-	if err := setup(cfg, fds); err != nil {
+	if err := setup(&cfg, fds); err != nil {
 		reply("error: " + err.Error())
 		return err
 	}
@@ -57,15 +57,22 @@ func Run() error {
 	return a.Serve(context.Background(), ln)
 }
 
-func setup(cfg Config, fds []int) error {
+func setup(cfg *Config, fds []int) error {
 	if os.Getpid() != 1 {
 		return errors.New("init must run as pid 1 of a new pid namespace")
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	if err := buildRoot(cfg, fds); err != nil {
+	if err := buildRoot(*cfg, fds); err != nil {
 		return err
+	}
+	if cfg.Agent.Sudo {
+		if err := mountSudo("root", cfg.SudoFd, fds); err != nil {
+			// No sudo then, rather than a mount through an unsafe path.
+			slog.Warn("sudo unavailable", "err", err)
+			cfg.Agent.Sudo = false
+		}
 	}
 	if err := pivot(filepath.Join(cfg.StageDir, "root")); err != nil {
 		return err
@@ -73,7 +80,7 @@ func setup(cfg Config, fds []int) error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
-	if err := LoopbackUp(); err != nil {
+	if err := sbinit.LoopbackUp(); err != nil {
 		return err
 	}
 	if err := writeIdentity(cfg.Hostname); err != nil {
@@ -93,7 +100,28 @@ func setup(cfg Config, fds []int) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("set non-dumpable: %w", err)
 	}
-	return lockdown(cfg)
+	return lockdown(*cfg)
+}
+
+// mountSudo attaches the detached read-only mount of the agent binary at
+// fds[*idx] (made by wardend) at root/usr/local/bin/sudo, on a mount point
+// opened without following symlinks (sbinit.FileMountpoint): a template's
+// own /usr/local/bin/sudo is covered while sudo is on.
+func mountSudo(root string, idx *int, fds []int) error {
+	if idx == nil || *idx < 0 || *idx >= len(fds) {
+		return errors.New("no agent binary mount for sudo")
+	}
+	src := fds[*idx]
+	defer unix.Close(src)
+	target, err := sbinit.FileMountpoint(root, sudo.ShimPath)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	if err := unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount %s: %w", sudo.ShimPath, err)
+	}
+	return nil
 }
 
 // lockdown applies the restrictions. Every user process is forked from one
@@ -113,22 +141,12 @@ func lockdown(cfg Config) error {
 				slog.Warn("landlock not enforced", "err", err)
 			}
 		}
-		if err := caps.DropThreadExcept(cfg.RootCaps); err != nil {
-			return err
-		}
-		return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+		return sbinit.DropPrivileges(cfg.RootCaps)
 	}
 	if err := process.PrepareSpawnThread(); err != nil {
 		return err
 	}
-	prog, err := DecodeProgram(cfg.Seccomp)
-	if err != nil {
-		return err
-	}
-	if err := seccomp.InstallProgram(prog); err != nil {
-		return fmt.Errorf("seccomp: %w", err)
-	}
-	return nil
+	return sbinit.InstallSeccomp(cfg.Seccomp)
 }
 
 // buildRoot mounts the sandbox's root under cfg.StageDir/root.
@@ -412,30 +430,6 @@ func populateDev(dev string, cfg Config) error {
 	// Nothing else may be created in /dev.
 	if err := unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536,nr_inodes=64"); err != nil {
 		return fmt.Errorf("read-only /dev: %w", err)
-	}
-	return nil
-}
-
-// LoopbackUp brings up lo, the only interface of the calling thread's
-// network namespace, so that 127.0.0.1 and ::1 work inside the sandbox (a
-// dev server and its client, a database on localhost). It reaches nothing
-// outside. (The gvisor backend uses it for the namespaces it makes.)
-func LoopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback: get flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback: bring up: %w", err)
 	}
 	return nil
 }

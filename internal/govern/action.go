@@ -1,0 +1,336 @@
+package govern
+
+import (
+	"path"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Kind is what an action does. Kinds are dotted lower-case names.
+type Kind string
+
+// The action kinds. Adding one is: a constant here, an attribute struct
+// and a field on Action, and a row in kindTable (which declares its CEL
+// variable).
+const (
+	KindSandboxCreate   Kind = "sandbox.create"
+	KindExec            Kind = "exec"
+	KindPTY             Kind = "pty"
+	KindFileRead        Kind = "file.read"
+	KindFileWrite       Kind = "file.write"
+	KindFileRemove      Kind = "file.remove"
+	KindCodeRun         Kind = "code.run"
+	KindPortPreview     Kind = "port.preview"
+	KindEgressConnect   Kind = "egress.connect"
+	KindSecretUse       Kind = "secret.use"
+	KindTemplateBuild   Kind = "template.build"
+	KindTemplateImport  Kind = "template.import"
+	KindKeyChange       Kind = "key.change"
+	KindPrincipalChange Kind = "principal.change"
+)
+
+// Surfaces: the door an action came through.
+const (
+	SurfaceAPI    = "api"
+	SurfaceE2B    = "e2b"
+	SurfaceMCP    = "mcp"
+	SurfaceLLM    = "llm"
+	SurfaceEgress = "egress"
+	SurfaceHook   = "hook"
+)
+
+// kindSpec is one row of the kind registry: the CEL variable that holds
+// the kind's attributes, its Go type (declared to CEL, so a rule that
+// names an attribute the type lacks does not compile), and how to get the
+// attributes of an action (never nil: the zero value when the door left
+// them out).
+type kindSpec struct {
+	kind  Kind
+	cel   string
+	typ   reflect.Type
+	attrs func(*Action) any
+}
+
+// kindTable is the kind registry. Several kinds may share a variable (exec
+// and pty both describe a command line).
+var kindTable = []kindSpec{
+	{KindSandboxCreate, "create", reflect.TypeFor[SandboxCreate](), func(a *Action) any { return orZero(a.Create) }},
+	{KindExec, "exec", reflect.TypeFor[Exec](), func(a *Action) any { return orZero(a.Exec) }},
+	{KindPTY, "exec", reflect.TypeFor[Exec](), func(a *Action) any { return orZero(a.Exec) }},
+	{KindFileRead, "file", reflect.TypeFor[File](), func(a *Action) any { return orZero(a.File) }},
+	{KindFileWrite, "file", reflect.TypeFor[File](), func(a *Action) any { return orZero(a.File) }},
+	{KindFileRemove, "file", reflect.TypeFor[File](), func(a *Action) any { return orZero(a.File) }},
+	{KindCodeRun, "code", reflect.TypeFor[Code](), func(a *Action) any { return orZero(a.Code) }},
+	{KindPortPreview, "port", reflect.TypeFor[Port](), func(a *Action) any { return orZero(a.Port) }},
+	{KindEgressConnect, "egress", reflect.TypeFor[Egress](), func(a *Action) any { return orZero(a.Egress) }},
+	{KindSecretUse, "secret", reflect.TypeFor[Secret](), func(a *Action) any { return orZero(a.Secret) }},
+	{KindTemplateBuild, "template", reflect.TypeFor[Template](), func(a *Action) any { return orZero(a.Template) }},
+	{KindTemplateImport, "template", reflect.TypeFor[Template](), func(a *Action) any { return orZero(a.Template) }},
+	{KindKeyChange, "key", reflect.TypeFor[KeyChange](), func(a *Action) any { return orZero(a.Key) }},
+	{KindPrincipalChange, "subject", reflect.TypeFor[PrincipalChange](), func(a *Action) any { return orZero(a.Subject) }},
+}
+
+// kinds indexes kindTable.
+var kinds = func() map[Kind]*kindSpec {
+	m := make(map[Kind]*kindSpec, len(kindTable))
+	for i := range kindTable {
+		m[kindTable[i].kind] = &kindTable[i]
+	}
+	return m
+}()
+
+func orZero[T any](p *T) *T {
+	if p == nil {
+		return new(T)
+	}
+	return p
+}
+
+// Kinds returns every known kind in registry order.
+func Kinds() []Kind {
+	out := make([]Kind, len(kindTable))
+	for i, k := range kindTable {
+		out[i] = k.kind
+	}
+	return out
+}
+
+// Known reports whether k is a registered kind.
+func (k Kind) Known() bool { return kinds[k] != nil }
+
+// Action is one thing an actor asks Warden to do, described once by the
+// door it came through. Doors fill the common fields and the attribute
+// struct of the kind; the rest stays nil.
+type Action struct {
+	Kind      Kind      `json:"kind"`
+	Surface   string    `json:"surface"`
+	Principal Principal `json:"principal"`
+	// Agent is the hosted agent acting, nil for anyone else.
+	Agent     *Agent   `json:"agent,omitempty"`
+	Trigger   *Trigger `json:"trigger,omitempty"`
+	RequestID string   `json:"request_id,omitempty"`
+	RunID     string   `json:"run_id,omitempty"`
+	// SandboxID is the sandbox acted on ("" for actions on none, such as
+	// key changes); Sandbox adds what the door knows about it.
+	SandboxID string       `json:"sandbox_id,omitempty"`
+	Sandbox   *SandboxInfo `json:"sandbox,omitempty"`
+	// Time is when the action was asked for; Decide sets it when zero.
+	Time time.Time `json:"time"`
+
+	Create   *SandboxCreate   `json:"create,omitempty"`
+	Exec     *Exec            `json:"exec,omitempty"`
+	File     *File            `json:"file,omitempty"`
+	Code     *Code            `json:"code,omitempty"`
+	Port     *Port            `json:"port,omitempty"`
+	Egress   *Egress          `json:"egress,omitempty"`
+	Secret   *Secret          `json:"secret,omitempty"`
+	Template *Template        `json:"template,omitempty"`
+	Key      *KeyChange       `json:"key,omitempty"`
+	Subject  *PrincipalChange `json:"subject,omitempty"`
+
+	// Credential is the door's authenticated identity (for the native
+	// API, its *auth.Identity), opaque to this package: the access stage
+	// the daemon installs reads it. It is never recorded.
+	Credential any `json:"-"`
+}
+
+// Principal is the actor: the agent when one acts.
+type Principal struct {
+	ID     string            `json:"id"`
+	Kind   string            `json:"kind"`            // user or agent
+	Owner  string            `json:"owner,omitempty"` // the principal that owns this one ("" for none)
+	Groups []string          `json:"groups,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Agent is a hosted agent definition acting through its principal.
+type Agent struct {
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Owner string `json:"owner,omitempty"`
+}
+
+// Trigger is what started a hosted agent's run.
+type Trigger struct {
+	Kind string `json:"kind"` // slack, schedule, webhook, manual, api
+	ID   string `json:"id,omitempty"`
+	User string `json:"user,omitempty"` // the human principal behind it, if any
+}
+
+// SandboxInfo is what a door knows about the sandbox acted on.
+type SandboxInfo struct {
+	ID       string            `json:"id"`
+	Name     string            `json:"name,omitempty"`
+	Template string            `json:"template,omitempty"`
+	Owner    string            `json:"owner,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// SandboxCreate are the attributes of sandbox.create (CEL: create).
+type SandboxCreate struct {
+	Name      string   `json:"name,omitempty"`
+	Template  string   `json:"template"`
+	Isolation string   `json:"isolation,omitempty"` // the backend: native, gvisor
+	Limits    Limits   `json:"limits"`
+	Network   Network  `json:"network"`
+	EnvKeys   []string `json:"env_keys,omitempty"`
+}
+
+// Limits are a new sandbox's resource limits (zero: the default).
+type Limits struct {
+	CPUMillis      int64 `json:"cpu_millis,omitempty"`
+	MemoryMB       int64 `json:"memory_mb,omitempty"`
+	DiskMB         int64 `json:"disk_mb,omitempty"`
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+}
+
+// Network is a new sandbox's network policy, as far as rules see it.
+type Network struct {
+	Mode  string   `json:"mode,omitempty"` // none, allowlist, open...
+	Allow []string `json:"allow,omitempty"`
+}
+
+// Exec are the attributes of exec and pty (CEL: exec).
+type Exec struct {
+	// Cmd is the program (argv[0]); Args the rest of argv.
+	Cmd  string   `json:"cmd"`
+	Args []string `json:"args,omitempty"`
+	// Argv is the whole command line as one string, argv joined with
+	// spaces: the form regular expressions are written against.
+	Argv string `json:"argv"`
+	// Shell is the script when the command runs a shell with -c
+	// (bash -lc "<script>", the E2B SDKs' form), "" otherwise.
+	Shell   string   `json:"shell,omitempty"`
+	Cwd     string   `json:"cwd,omitempty"`
+	User    string   `json:"user,omitempty"`
+	EnvKeys []string `json:"env_keys,omitempty"`
+}
+
+// File are the attributes of file.read, file.write and file.remove (CEL:
+// file). Path is clean and absolute.
+type File struct {
+	Path string `json:"path"`
+	Op   string `json:"op"`             // read, write, remove, list, stat, mkdir, move, watch
+	Dest string `json:"dest,omitempty"` // the destination of a move
+	Size int64  `json:"size,omitempty"` // bytes written, when known
+}
+
+// Code are the attributes of code.run (CEL: code).
+type Code struct {
+	Language string `json:"language"`
+	Code     string `json:"code"`
+}
+
+// Port are the attributes of port.preview (CEL: port).
+type Port struct {
+	Port   int64 `json:"port"`
+	Public bool  `json:"public,omitempty"` // reached without a key (a preview URL)
+}
+
+// Egress are the attributes of egress.connect (CEL: egress).
+type Egress struct {
+	Host   string `json:"host"`
+	Port   int64  `json:"port"`
+	Mode   string `json:"mode,omitempty"` // the sandbox's network mode
+	SNI    string `json:"sni,omitempty"`
+	Method string `json:"method,omitempty"` // when the broker sees the request
+	Path   string `json:"path,omitempty"`
+}
+
+// Secret are the attributes of secret.use (CEL: secret).
+type Secret struct {
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Grant string `json:"grant,omitempty"`
+	Host  string `json:"host,omitempty"`
+}
+
+// Template are the attributes of template.build and template.import (CEL:
+// template).
+type Template struct {
+	Name   string `json:"name"`
+	Op     string `json:"op"`               // build or import
+	Source string `json:"source,omitempty"` // the image reference or context
+}
+
+// KeyChange are the attributes of key.change (CEL: key).
+type KeyChange struct {
+	Op          string   `json:"op"` // create or revoke
+	KeyID       string   `json:"key_id,omitempty"`
+	PrincipalID string   `json:"principal_id,omitempty"`
+	Scopes      []string `json:"scopes,omitempty"`
+}
+
+// PrincipalChange are the attributes of principal.change (CEL: subject).
+type PrincipalChange struct {
+	Op   string `json:"op"` // create, update, suspend, delete
+	ID   string `json:"id,omitempty"`
+	Kind string `json:"kind,omitempty"`
+	Name string `json:"name,omitempty"`
+}
+
+// NewExec describes a command line: Cmd and Args from argv, Argv joined,
+// and Shell when argv runs a shell with -c (sh, bash, dash, zsh, with
+// options such as -l before or combined with -c).
+func NewExec(argv []string, cwd, user string, envKeys []string) *Exec {
+	e := &Exec{Argv: strings.Join(argv, " "), Cwd: cwd, User: user, EnvKeys: envKeys}
+	if len(argv) > 0 {
+		e.Cmd = argv[0]
+		e.Args = argv[1:]
+	}
+	e.Shell = shellScript(argv)
+	return e
+}
+
+func shellScript(argv []string) string {
+	if len(argv) < 3 {
+		return ""
+	}
+	switch path.Base(argv[0]) {
+	case "sh", "bash", "dash", "zsh", "ash":
+	default:
+		return ""
+	}
+	for i := 1; i < len(argv)-1; i++ {
+		a := argv[i]
+		if !strings.HasPrefix(a, "-") || strings.HasPrefix(a, "--") {
+			return ""
+		}
+		if strings.Contains(a, "c") {
+			return argv[i+1]
+		}
+	}
+	return ""
+}
+
+// CleanPath makes a file path absolute (relative to dir, or / when dir is
+// "") and clean, the form File.Path has.
+func CleanPath(p, dir string) string {
+	if !path.IsAbs(p) {
+		if dir == "" {
+			dir = "/"
+		}
+		p = path.Join(dir, p)
+	}
+	return path.Clean(p)
+}
+
+// target is what the action acts on, for approvals and audit: the
+// sandbox, else the kind's object.
+func (a *Action) target() string {
+	switch {
+	case a.Key != nil && a.Key.KeyID != "":
+		return a.Key.KeyID
+	case a.Subject != nil && a.Subject.ID != "":
+		return a.Subject.ID
+	case a.Template != nil && a.SandboxID == "":
+		return a.Template.Name
+	case a.Egress != nil && a.SandboxID == "":
+		return a.Egress.Host
+	}
+	if a.SandboxID == "" && a.Sandbox != nil {
+		return a.Sandbox.ID
+	}
+	return a.SandboxID
+}
