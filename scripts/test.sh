@@ -14,6 +14,7 @@ fi
 # install step below waits for that build instead of starting a second one.
 echo "== first start (scripts/run.sh, timed)" >&2
 first=$(mktemp -d /tmp/warden-first-run.XXXXXX)
+chmod 0755 "$first" # sandboxes exec the agent from under it as unprivileged uids
 WARDEN_RUN_ONCE=1 WARDEN_STATE_DIR="$first/state" WARDEN_RUN_DIR="$first/run" WARDEN_SOCKET="$first/run/wardend.sock" \
   ./scripts/run.sh --listen "" --e2b-listen "" --metrics-listen "" --pool-size 0
 rm -rf --one-file-system "$first"
