@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/config"
 )
 
@@ -94,6 +95,10 @@ func install(args []string, stdout, stderr io.Writer) int {
 	cfs := flag.NewFlagSet("wardend", flag.ContinueOnError)
 	cfs.SetOutput(io.Discard)
 	cfg, err := config.Load(daemonArgs, func(string) string { return "" }, cfs)
+	if err == nil {
+		// The registry (this build's backends) decides backend names.
+		err = backend.CheckID(cfg.Backend)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "wardend install: the service's flags %q: %v\n", daemonArgs, err)
 		return 2

@@ -32,7 +32,7 @@ func TestFirstInstall(t *testing.T) {
 	}
 
 	// Bad service flags: refused, nothing written.
-	if _, errOut, code := run("install", "--unit", unit, "--", "--backend", "nope"); code != 2 || !strings.Contains(errOut, "backend must be native or gvisor") {
+	if _, errOut, code := run("install", "--unit", unit, "--", "--backend", "nope"); code != 2 || !strings.Contains(errOut, `unknown backend "nope"`) {
 		t.Fatalf("install with a bad flag: code %d, %q", code, errOut)
 	}
 	if _, err := os.Stat(unit); err == nil {
