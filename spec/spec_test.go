@@ -326,7 +326,7 @@ func TestErrorCodes(t *testing.T) {
 		"bad_request": 400, "invalid_json": 400, "validation_failed": 422,
 		"unauthenticated": 401, "forbidden": 403, "permission_denied": 403, "not_found": 404, "conflict": 409,
 		"payload_too_large": 413, "rate_limited": 429, "unavailable": 503,
-		"internal": 500, "timeout": 504, "bad_gateway": 502,
+		"internal": 500, "timeout": 504, "bad_gateway": 502, "approval_required": 403,
 	}
 	codes, err := lookup(root, "#/components/schemas/ErrorCode")
 	if err != nil {

@@ -258,106 +258,129 @@ type route struct {
 	public   bool // no authentication (system routes, presigned URLs)
 	audited  bool // audit every call, not only denials
 	stream   bool // streams an upload: the slower body allowance once authenticated
-	h        func(http.ResponseWriter, *http.Request) error
+	// kind is the governed action the route is (docs/governance.md): its
+	// handler describes the action and calls decide before doing it, and
+	// serve feeds an access refusal to the engine. A route that is no
+	// action says why in nokind instead (reads of metadata, lifecycle and
+	// administration without a kind yet); TestRouteKinds requires one of
+	// the two on every route.
+	kind   govern.Kind
+	nokind string
+	h      func(http.ResponseWriter, *http.Request) error
 }
+
+// Why routes are no governed action (route.nokind).
+const (
+	nkSystem      = "public system route"
+	nkRead        = "a read of metadata, status or output: scopes and ownership only"
+	nkLifecycle   = "sandbox lifecycle (kill, timeout, pause, resume, fork): no action kind yet"
+	nkNetwork     = "a network policy change: no action kind yet; connections are governed as egress.connect"
+	nkProcess     = "acts on a process its exec or pty started (governed when opened, not per keystroke)"
+	nkCodeContext = "a code context holds no code; code.run is governed"
+	nkPresigned   = "decided when the URL was signed (presign, file.read or file.write)"
+	nkUnpublish   = "closes a port: it takes access away"
+	nkProxy       = "traffic to a port: decided when the port was published or its URL made (port.preview)"
+	nkAdmin       = "secret and template store administration: no action kind yet"
+	nkGovernance  = "policies and approvals: human-only scopes; approval decisions are audited by the engine"
+)
 
 // routeTable is every operation of the API: one per (method, path) of
 // spec/openapi.yaml, which TestSpecRoutes keeps equal.
 func (s *Server) routeTable() []route {
 	return []route{
-		{pattern: "GET /healthz", public: true, h: s.health},
-		{pattern: "GET /metrics", action: "metrics.read", scope: auth.ScopeMetricsRead, h: s.serveMetrics},
-		{pattern: "GET /v1/openapi.yaml", public: true, h: s.openAPI},
+		{pattern: "GET /healthz", public: true, nokind: nkSystem, h: s.health},
+		{pattern: "GET /metrics", action: "metrics.read", scope: auth.ScopeMetricsRead, nokind: nkRead, h: s.serveMetrics},
+		{pattern: "GET /v1/openapi.yaml", public: true, nokind: nkSystem, h: s.openAPI},
 
-		{pattern: "POST /v1/sandboxes", action: "sandbox.create", scope: auth.ScopeSandboxesCreate, audited: true, h: s.createSandbox},
-		{pattern: "GET /v1/sandboxes", action: "sandbox.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.listSandboxes},
-		{pattern: "GET /v1/sandboxes/{id}", action: "sandbox.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.getSandbox},
-		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, ownScope: auth.ScopeSandboxesCreate, audited: true, h: s.killSandbox},
-		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setTimeout},
-		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, h: s.pauseSandbox},
-		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, h: s.resumeSandbox},
-		{pattern: "POST /v1/sandboxes/{id}/fork", action: "sandbox.fork", scope: auth.ScopeSandboxesCreate, audited: true, h: s.forkSandbox},
-		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.usage},
-		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, h: s.getNetwork},
-		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, h: s.setNetwork},
+		{pattern: "POST /v1/sandboxes", action: "sandbox.create", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindSandboxCreate, h: s.createSandbox},
+		{pattern: "GET /v1/sandboxes", action: "sandbox.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listSandboxes},
+		{pattern: "GET /v1/sandboxes/{id}", action: "sandbox.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getSandbox},
+		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, ownScope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.killSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.setTimeout},
+		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.pauseSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.resumeSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/fork", action: "sandbox.fork", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.forkSandbox},
+		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.usage},
+		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getNetwork},
+		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkNetwork, h: s.setNetwork},
 
-		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, h: s.exec},
-		{pattern: "GET /v1/sandboxes/{id}/logs", action: "sandbox.logs", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, audited: true, h: s.logs},
-		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, h: s.listProcesses},
-		{pattern: "GET /v1/sandboxes/{id}/processes/{pid}/stream", action: "process.stream", scope: auth.ScopeSandboxesExec, audited: true, h: s.streamProcess},
-		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", action: "process.stdin", scope: auth.ScopeSandboxesExec, audited: true, stream: true, h: s.sendStdin},
-		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/close-stdin", action: "process.close_stdin", scope: auth.ScopeSandboxesExec, audited: true, h: s.closeStdin},
-		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", action: "process.signal", scope: auth.ScopeSandboxesExec, audited: true, h: s.signal},
-		{pattern: "GET /v1/sandboxes/{id}/pty", action: "process.pty", scope: auth.ScopeSandboxesExec, audited: true, h: s.pty},
+		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.exec},
+		{pattern: "GET /v1/sandboxes/{id}/logs", action: "sandbox.logs", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, audited: true, nokind: nkRead, h: s.logs},
+		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, nokind: nkRead, h: s.listProcesses},
+		{pattern: "GET /v1/sandboxes/{id}/processes/{pid}/stream", action: "process.stream", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkProcess, h: s.streamProcess},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", action: "process.stdin", scope: auth.ScopeSandboxesExec, audited: true, stream: true, nokind: nkProcess, h: s.sendStdin},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/close-stdin", action: "process.close_stdin", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkProcess, h: s.closeStdin},
+		{pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", action: "process.signal", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkProcess, h: s.signal},
+		{pattern: "GET /v1/sandboxes/{id}/pty", action: "process.pty", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindPTY, h: s.pty},
 
-		{pattern: "POST /v1/sandboxes/{id}/code/run", action: "code.run", scope: auth.ScopeSandboxesExec, audited: true, h: s.runCode},
-		{pattern: "GET /v1/sandboxes/{id}/code/contexts", action: "code.context_list", scope: auth.ScopeSandboxesExec, h: s.listCodeContexts},
-		{pattern: "POST /v1/sandboxes/{id}/code/contexts", action: "code.context_create", scope: auth.ScopeSandboxesExec, audited: true, h: s.createCodeContext},
-		{pattern: "POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart", action: "code.context_restart", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodPost, "/restart")},
-		{pattern: "POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt", action: "code.context_interrupt", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodPost, "/interrupt")},
-		{pattern: "DELETE /v1/sandboxes/{id}/code/contexts/{ctx}", action: "code.context_delete", scope: auth.ScopeSandboxesExec, audited: true, h: s.codeContextOp(http.MethodDelete, "")},
+		{pattern: "POST /v1/sandboxes/{id}/code/run", action: "code.run", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindCodeRun, h: s.runCode},
+		{pattern: "GET /v1/sandboxes/{id}/code/contexts", action: "code.context_list", scope: auth.ScopeSandboxesExec, nokind: nkRead, h: s.listCodeContexts},
+		{pattern: "POST /v1/sandboxes/{id}/code/contexts", action: "code.context_create", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkCodeContext, h: s.createCodeContext},
+		{pattern: "POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart", action: "code.context_restart", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkCodeContext, h: s.codeContextOp(http.MethodPost, "/restart")},
+		{pattern: "POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt", action: "code.context_interrupt", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkCodeContext, h: s.codeContextOp(http.MethodPost, "/interrupt")},
+		{pattern: "DELETE /v1/sandboxes/{id}/code/contexts/{ctx}", action: "code.context_delete", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkCodeContext, h: s.codeContextOp(http.MethodDelete, "")},
 
-		{pattern: "GET /v1/sandboxes/{id}/files", action: "file.read", scope: auth.ScopeFilesRead, audited: true, h: s.readFile},
-		{pattern: "PUT /v1/sandboxes/{id}/files", action: "file.write", scope: auth.ScopeFilesWrite, audited: true, stream: true, h: s.writeFile},
-		{pattern: "DELETE /v1/sandboxes/{id}/files", action: "file.remove", scope: auth.ScopeFilesWrite, audited: true, h: s.removeFile},
-		{pattern: "GET /v1/sandboxes/{id}/fs/stat", action: "file.stat", scope: auth.ScopeFilesRead, audited: true, h: s.stat},
-		{pattern: "GET /v1/sandboxes/{id}/fs/list", action: "file.list", scope: auth.ScopeFilesRead, audited: true, h: s.listDir},
-		{pattern: "POST /v1/sandboxes/{id}/fs/mkdir", action: "file.mkdir", scope: auth.ScopeFilesWrite, audited: true, h: s.mkdir},
-		{pattern: "POST /v1/sandboxes/{id}/fs/move", action: "file.move", scope: auth.ScopeFilesWrite, audited: true, h: s.move},
-		{pattern: "GET /v1/sandboxes/{id}/fs/watch", action: "file.watch", scope: auth.ScopeFilesRead, audited: true, h: s.watch},
-		{pattern: "GET /v1/sandboxes/{id}/archive", action: "archive.download", scope: auth.ScopeFilesRead, audited: true, h: s.downloadArchive},
-		{pattern: "PUT /v1/sandboxes/{id}/archive", action: "archive.upload", scope: auth.ScopeFilesWrite, audited: true, stream: true, h: s.uploadArchive},
+		{pattern: "GET /v1/sandboxes/{id}/files", action: "file.read", scope: auth.ScopeFilesRead, audited: true, kind: govern.KindFileRead, h: s.readFile},
+		{pattern: "PUT /v1/sandboxes/{id}/files", action: "file.write", scope: auth.ScopeFilesWrite, audited: true, stream: true, kind: govern.KindFileWrite, h: s.writeFile},
+		{pattern: "DELETE /v1/sandboxes/{id}/files", action: "file.remove", scope: auth.ScopeFilesWrite, audited: true, kind: govern.KindFileRemove, h: s.removeFile},
+		{pattern: "GET /v1/sandboxes/{id}/fs/stat", action: "file.stat", scope: auth.ScopeFilesRead, audited: true, kind: govern.KindFileRead, h: s.stat},
+		{pattern: "GET /v1/sandboxes/{id}/fs/list", action: "file.list", scope: auth.ScopeFilesRead, audited: true, kind: govern.KindFileRead, h: s.listDir},
+		{pattern: "POST /v1/sandboxes/{id}/fs/mkdir", action: "file.mkdir", scope: auth.ScopeFilesWrite, audited: true, kind: govern.KindFileWrite, h: s.mkdir},
+		{pattern: "POST /v1/sandboxes/{id}/fs/move", action: "file.move", scope: auth.ScopeFilesWrite, audited: true, kind: govern.KindFileWrite, h: s.move},
+		{pattern: "GET /v1/sandboxes/{id}/fs/watch", action: "file.watch", scope: auth.ScopeFilesRead, audited: true, kind: govern.KindFileRead, h: s.watch},
+		{pattern: "GET /v1/sandboxes/{id}/archive", action: "archive.download", scope: auth.ScopeFilesRead, audited: true, kind: govern.KindFileRead, h: s.downloadArchive},
+		{pattern: "PUT /v1/sandboxes/{id}/archive", action: "archive.upload", scope: auth.ScopeFilesWrite, audited: true, stream: true, kind: govern.KindFileWrite, h: s.uploadArchive},
 		// The scope (files:read or files:write) depends on the body's op.
-		{pattern: "POST /v1/sandboxes/{id}/files/presign", action: "file.presign", audited: true, h: s.presign},
-		{pattern: "GET /v1/presigned/files", action: "file.presigned_read", public: true, audited: true, h: s.presignedRead},
-		{pattern: "PUT /v1/presigned/files", action: "file.presigned_write", public: true, audited: true, h: s.presignedWrite},
+		{pattern: "POST /v1/sandboxes/{id}/files/presign", action: "file.presign", audited: true, kind: govern.KindFileRead, h: s.presign},
+		{pattern: "GET /v1/presigned/files", action: "file.presigned_read", public: true, audited: true, nokind: nkPresigned, h: s.presignedRead},
+		{pattern: "PUT /v1/presigned/files", action: "file.presigned_write", public: true, audited: true, nokind: nkPresigned, h: s.presignedWrite},
 
-		{pattern: "POST /v1/sandboxes/{id}/ports/{port}", action: "port.publish", scope: auth.ScopeSandboxesExec, audited: true, h: s.publishPort},
-		{pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", action: "port.unpublish", scope: auth.ScopeSandboxesExec, audited: true, h: s.unpublishPort},
-		{pattern: "POST /v1/sandboxes/{id}/ports/{port}/url", action: "port.url", scope: auth.ScopeSandboxesExec, audited: true, h: s.previewURL},
+		{pattern: "POST /v1/sandboxes/{id}/ports/{port}", action: "port.publish", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindPortPreview, h: s.publishPort},
+		{pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", action: "port.unpublish", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkUnpublish, h: s.unpublishPort},
+		{pattern: "POST /v1/sandboxes/{id}/ports/{port}/url", action: "port.url", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindPortPreview, h: s.previewURL},
 		// Any method; authorised inside (API key, preview token or public port).
-		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", action: "port.proxy", public: true, h: s.proxyByPath},
-		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy", action: "port.proxy", public: true, h: s.proxyRoot},
+		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", action: "port.proxy", public: true, nokind: nkProxy, h: s.proxyByPath},
+		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy", action: "port.proxy", public: true, nokind: nkProxy, h: s.proxyRoot},
 
-		{pattern: "GET /v1/whoami", action: "identity.whoami", h: s.whoami},
-		{pattern: "POST /v1/principals", action: "principal.create", scope: auth.ScopeAdmin, audited: true, h: s.createPrincipal},
-		{pattern: "GET /v1/principals", action: "principal.list", scope: auth.ScopeAdmin, h: s.listPrincipals},
-		{pattern: "POST /v1/keys", action: "key.create", scope: auth.ScopeKeysManage, audited: true, h: s.createKey},
-		{pattern: "GET /v1/keys", action: "key.list", scope: auth.ScopeKeysManage, h: s.listKeys},
-		{pattern: "DELETE /v1/keys/{id}", action: "key.revoke", scope: auth.ScopeKeysManage, audited: true, h: s.revokeKey},
+		{pattern: "GET /v1/whoami", action: "identity.whoami", nokind: nkRead, h: s.whoami},
+		{pattern: "POST /v1/principals", action: "principal.create", scope: auth.ScopeAdmin, audited: true, kind: govern.KindPrincipalChange, h: s.createPrincipal},
+		{pattern: "GET /v1/principals", action: "principal.list", scope: auth.ScopeAdmin, nokind: nkRead, h: s.listPrincipals},
+		{pattern: "POST /v1/keys", action: "key.create", scope: auth.ScopeKeysManage, audited: true, kind: govern.KindKeyChange, h: s.createKey},
+		{pattern: "GET /v1/keys", action: "key.list", scope: auth.ScopeKeysManage, nokind: nkRead, h: s.listKeys},
+		{pattern: "DELETE /v1/keys/{id}", action: "key.revoke", scope: auth.ScopeKeysManage, audited: true, kind: govern.KindKeyChange, h: s.revokeKey},
 
-		{pattern: "GET /v1/templates", action: "template.list", scope: auth.ScopeTemplatesRead, h: s.listTemplates},
-		{pattern: "GET /v1/templates/{name...}", action: "template.get", scope: auth.ScopeTemplatesRead, h: s.getTemplate},
-		{pattern: "DELETE /v1/templates/{name...}", action: "template.delete", scope: auth.ScopeTemplatesWrite, audited: true, h: s.deleteTemplate},
-		{pattern: "POST /v1/templates/build", action: "template.build", scope: auth.ScopeTemplatesWrite, audited: true, stream: true, h: s.buildTemplate},
-		{pattern: "POST /v1/templates/import", action: "template.import", scope: auth.ScopeTemplatesWrite, audited: true, stream: true, h: s.importTemplate},
-		{pattern: "GET /v1/template-store/usage", action: "template.usage", scope: auth.ScopeTemplatesRead, h: s.templateUsage},
-		{pattern: "POST /v1/template-store/gc", action: "template.gc", scope: auth.ScopeTemplatesWrite, audited: true, h: s.templateGC},
+		{pattern: "GET /v1/templates", action: "template.list", scope: auth.ScopeTemplatesRead, nokind: nkRead, h: s.listTemplates},
+		{pattern: "GET /v1/templates/{name...}", action: "template.get", scope: auth.ScopeTemplatesRead, nokind: nkRead, h: s.getTemplate},
+		{pattern: "DELETE /v1/templates/{name...}", action: "template.delete", scope: auth.ScopeTemplatesWrite, audited: true, nokind: nkAdmin, h: s.deleteTemplate},
+		{pattern: "POST /v1/templates/build", action: "template.build", scope: auth.ScopeTemplatesWrite, audited: true, stream: true, kind: govern.KindTemplateBuild, h: s.buildTemplate},
+		{pattern: "POST /v1/templates/import", action: "template.import", scope: auth.ScopeTemplatesWrite, audited: true, stream: true, kind: govern.KindTemplateImport, h: s.importTemplate},
+		{pattern: "GET /v1/template-store/usage", action: "template.usage", scope: auth.ScopeTemplatesRead, nokind: nkRead, h: s.templateUsage},
+		{pattern: "POST /v1/template-store/gc", action: "template.gc", scope: auth.ScopeTemplatesWrite, audited: true, nokind: nkAdmin, h: s.templateGC},
 
-		{pattern: "POST /v1/secrets", action: "secret.put", scope: auth.ScopeSecretsWrite, audited: true, h: s.putSecret},
-		{pattern: "GET /v1/secrets", action: "secret.list", scope: auth.ScopeSecretsRead, h: s.listSecrets},
-		{pattern: "POST /v1/secrets/{id}/revoke", action: "secret.revoke", scope: auth.ScopeSecretsWrite, audited: true, h: s.revokeSecret},
-		{pattern: "DELETE /v1/secrets/{id}", action: "secret.delete", scope: auth.ScopeSecretsWrite, audited: true, h: s.deleteSecret},
-		{pattern: "POST /v1/secrets/{id}/grants", action: "secret.grant", scope: auth.ScopeSecretsWrite, audited: true, h: s.createGrant},
-		{pattern: "GET /v1/secrets/{id}/grants", action: "secret.grant_list", scope: auth.ScopeSecretsRead, h: s.listGrants},
-		{pattern: "DELETE /v1/grants/{id}", action: "secret.grant_revoke", scope: auth.ScopeSecretsWrite, audited: true, h: s.revokeGrant},
+		{pattern: "POST /v1/secrets", action: "secret.put", scope: auth.ScopeSecretsWrite, audited: true, nokind: nkAdmin, h: s.putSecret},
+		{pattern: "GET /v1/secrets", action: "secret.list", scope: auth.ScopeSecretsRead, nokind: nkRead, h: s.listSecrets},
+		{pattern: "POST /v1/secrets/{id}/revoke", action: "secret.revoke", scope: auth.ScopeSecretsWrite, audited: true, nokind: nkAdmin, h: s.revokeSecret},
+		{pattern: "DELETE /v1/secrets/{id}", action: "secret.delete", scope: auth.ScopeSecretsWrite, audited: true, nokind: nkAdmin, h: s.deleteSecret},
+		{pattern: "POST /v1/secrets/{id}/grants", action: "secret.grant", scope: auth.ScopeSecretsWrite, audited: true, kind: govern.KindSecretUse, h: s.createGrant},
+		{pattern: "GET /v1/secrets/{id}/grants", action: "secret.grant_list", scope: auth.ScopeSecretsRead, nokind: nkRead, h: s.listGrants},
+		{pattern: "DELETE /v1/grants/{id}", action: "secret.grant_revoke", scope: auth.ScopeSecretsWrite, audited: true, nokind: nkAdmin, h: s.revokeGrant},
 
-		{pattern: "POST /v1/policies", action: "policy.create", scope: auth.ScopePoliciesWrite, audited: true, h: s.createPolicy},
-		{pattern: "GET /v1/policies", action: "policy.list", scope: auth.ScopePoliciesRead, h: s.listPolicies},
+		{pattern: "POST /v1/policies", action: "policy.create", scope: auth.ScopePoliciesWrite, audited: true, nokind: nkGovernance, h: s.createPolicy},
+		{pattern: "GET /v1/policies", action: "policy.list", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.listPolicies},
 		// A dry run also needs audit:read (checked inside): it shows audit events.
-		{pattern: "POST /v1/policies/test", action: "policy.test", scope: auth.ScopePoliciesRead, audited: true, h: s.testPolicy},
-		{pattern: "GET /v1/policies/{id}", action: "policy.get", scope: auth.ScopePoliciesRead, h: s.getPolicy},
-		{pattern: "PUT /v1/policies/{id}", action: "policy.update", scope: auth.ScopePoliciesWrite, audited: true, h: s.updatePolicy},
-		{pattern: "DELETE /v1/policies/{id}", action: "policy.delete", scope: auth.ScopePoliciesWrite, audited: true, h: s.deletePolicy},
-		{pattern: "GET /v1/approvals", action: "approval.list", scope: auth.ScopeApprovalsDecide, h: s.listApprovals},
-		{pattern: "GET /v1/approvals/{id}", action: "approval.get", scope: auth.ScopeApprovalsDecide, h: s.getApproval},
+		{pattern: "POST /v1/policies/test", action: "policy.test", scope: auth.ScopePoliciesRead, audited: true, nokind: nkGovernance, h: s.testPolicy},
+		{pattern: "GET /v1/policies/{id}", action: "policy.get", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.getPolicy},
+		{pattern: "PUT /v1/policies/{id}", action: "policy.update", scope: auth.ScopePoliciesWrite, audited: true, nokind: nkGovernance, h: s.updatePolicy},
+		{pattern: "DELETE /v1/policies/{id}", action: "policy.delete", scope: auth.ScopePoliciesWrite, audited: true, nokind: nkGovernance, h: s.deletePolicy},
+		{pattern: "GET /v1/approvals", action: "approval.list", scope: auth.ScopeApprovalsDecide, nokind: nkGovernance, h: s.listApprovals},
+		{pattern: "GET /v1/approvals/{id}", action: "approval.get", scope: auth.ScopeApprovalsDecide, nokind: nkGovernance, h: s.getApproval},
 		// The engine audits each decision it records (approval.decide); the
 		// route audits refusals (self-approval, not an approver, no scope).
-		{pattern: "POST /v1/approvals/{id}/approve", action: "approval.decide", scope: auth.ScopeApprovalsDecide, h: s.approve},
-		{pattern: "POST /v1/approvals/{id}/reject", action: "approval.decide", scope: auth.ScopeApprovalsDecide, h: s.reject},
+		{pattern: "POST /v1/approvals/{id}/approve", action: "approval.decide", scope: auth.ScopeApprovalsDecide, nokind: nkGovernance, h: s.approve},
+		{pattern: "POST /v1/approvals/{id}/reject", action: "approval.decide", scope: auth.ScopeApprovalsDecide, nokind: nkGovernance, h: s.reject},
 
-		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, h: s.listAudit},
-		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, h: s.verifyAudit},
+		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.listAudit},
+		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.verifyAudit},
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/govern"
 )
 
 // The code interpreter: the agent's E2B-shaped routes (POST /execute,
@@ -173,6 +174,11 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	}
 	agent, err := s.agentFor(r)
 	if err != nil {
+		return err
+	}
+	// A cell run in a code context has language "": the context's is
+	// the agent's to know.
+	if err := s.decide(r, &govern.Action{Code: &govern.Code{Language: lang, Code: q.Code}}); err != nil {
 		return err
 	}
 	body := map[string]any{"code": q.Code}

@@ -18,6 +18,7 @@ import (
 	fspb "github.com/warden-sandbox/warden/internal/agentpb/filesystem"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/govern"
 )
 
 // entryJSON is the Entry schema.
@@ -62,12 +63,31 @@ func (s *Server) fileTarget(r *http.Request) (*agentclient.Client, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	stateOf(r).detail["path"] = truncate(p, 512)
+	st := stateOf(r)
+	st.detail["path"] = truncate(p, 512)
 	agent, err := s.agentFor(r)
 	if err != nil {
 		return nil, "", err
 	}
+	// The route's audit action names the file operation; an upload is
+	// described by its Content-Length (-1, unknown, is 0), never by
+	// reading the body first.
+	op := fileOps[st.action]
+	var size int64
+	if op == "write" && r.ContentLength > 0 {
+		size = r.ContentLength
+	}
+	if err := s.decide(r, &govern.Action{File: govern.NewFile(op, p, "", size)}); err != nil {
+		return nil, "", err
+	}
 	return agent, p, nil
+}
+
+// fileOps is the govern.File op of each route that calls fileTarget, by
+// its audit action.
+var fileOps = map[string]string{
+	"file.read": "read", "file.write": "write", "file.remove": "remove", "file.stat": "stat",
+	"file.list": "list", "file.watch": "watch", "archive.download": "read", "archive.upload": "write",
 }
 
 func queryUser(r *http.Request) (string, error) {
@@ -284,6 +304,9 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.decide(r, &govern.Action{File: govern.NewFile("mkdir", *q.Path, "", 0)}); err != nil {
+		return err
+	}
 	// The spec promises 409 for any existing path; the agent says so only
 	// for directories.
 	ctx, cancel := callCtx(r)
@@ -322,6 +345,9 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) error {
 	st.detail["destination"] = truncate(*q.Destination, 512)
 	agent, err := s.agentFor(r)
 	if err != nil {
+		return err
+	}
+	if err := s.decide(r, &govern.Action{File: govern.NewFile("move", *q.Source, *q.Destination, 0)}); err != nil {
 		return err
 	}
 	ctx, cancel := callCtx(r)

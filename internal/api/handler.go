@@ -47,6 +47,7 @@ func (s *Server) serve(rt route) http.Handler {
 		st.route = rt.pattern
 		st.action = rt.action
 		st.audited = rt.audited
+		st.kind = rt.kind
 		err := s.authorize(rt, r)
 		if err == nil && st.ident != nil && rt.stream {
 			connguard.Relax(r)
@@ -66,6 +67,7 @@ func (s *Server) serve(rt route) http.Handler {
 				apierr.Write(w, r, err)
 			}
 		}
+		s.checkDecided(r, rt, err)
 		s.finishAudit(r, err)
 		var ab *aborted
 		if errors.As(err, &ab) {
@@ -160,6 +162,7 @@ func (s *Server) sandboxFor(r *http.Request, ref string) (store.Sandbox, error) 
 		return store.Sandbox{}, deny(fmt.Errorf("sandbox %s is owned by %s: %w", id, sb.Owner,
 			apierr.NotFound("sandbox %s not found", id)))
 	}
+	st.sb = &sb
 	return sb, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -94,6 +95,9 @@ func (s *Server) createPrincipal(w http.ResponseWriter, r *http.Request) error {
 	st := stateOf(r)
 	st.detail["kind"] = *q.Kind
 	st.detail["name"] = *q.Name
+	if err := s.decide(r, &govern.Action{Subject: &govern.PrincipalChange{Op: "create", Kind: *q.Kind, Name: *q.Name}}); err != nil {
+		return err
+	}
 	p, err := s.auth.CreatePrincipal(r.Context(), *q.Kind, *q.Name, st.principal)
 	if err != nil {
 		return err
@@ -176,6 +180,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
+	if err := s.decide(r, &govern.Action{Key: &govern.KeyChange{Op: "create", PrincipalID: pid, Scopes: q.Scopes}}); err != nil {
+		return err
+	}
 	secret, rec, err := s.auth.IssueKey(r.Context(), pid, q.Name, scopes)
 	if err != nil {
 		return err
@@ -224,6 +231,9 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 			return deny(fmt.Errorf("key %s belongs to another principal: %w", truncate(id, 64),
 				apierr.NotFound("key %s not found", truncate(id, 64))))
 		}
+	}
+	if err := s.decide(r, &govern.Action{Key: &govern.KeyChange{Op: "revoke", KeyID: id}}); err != nil {
+		return err
 	}
 	if _, err := s.auth.RevokeKey(r.Context(), id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {

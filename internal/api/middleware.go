@@ -12,6 +12,8 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/store"
 )
 
 // reqState is what the middleware and the route adapter learn about one
@@ -25,6 +27,12 @@ type reqState struct {
 	// ownOnly: the caller was admitted by the route's ownScope and may
 	// touch only sandboxes its principal owns.
 	ownOnly bool
+	// kind is the route's governed action kind ("" for none); decided
+	// says the action went through the engine (govern_door.go); sb is
+	// the sandbox sandboxFor admitted, which the action names.
+	kind    govern.Kind
+	decided bool
+	sb      *store.Sandbox
 
 	// Audit event of the call, filled in by the adapter and the handler.
 	action  string

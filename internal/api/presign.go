@@ -12,6 +12,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 )
 
 // presignSig returns the hex HMAC-SHA256 of a presigned URL:
@@ -77,6 +78,14 @@ func (s *Server) presign(w http.ResponseWriter, r *http.Request) error {
 	}
 	sb, err := s.sandboxFor(r, r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	// The URL is decided when it is signed: reading or writing the file.
+	kind := govern.KindFileRead
+	if *q.Op == "write" {
+		kind = govern.KindFileWrite
+	}
+	if err := s.decide(r, &govern.Action{Kind: kind, File: govern.NewFile(*q.Op, *q.Path, "", 0)}); err != nil {
 		return err
 	}
 	id := sb.ID

@@ -63,6 +63,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/connguard"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -633,6 +634,13 @@ func (s *Server) setPublic(w http.ResponseWriter, r *http.Request, public bool) 
 	if err != nil {
 		return err
 	}
+	// Publishing is governed; closing a port (DELETE, public false) takes
+	// access away and is not.
+	if r.Method != http.MethodDelete {
+		if err := s.decide(r, &govern.Action{Port: &govern.Port{Port: int64(port), Public: public}}); err != nil {
+			return err
+		}
+	}
 	s.ports.set(sb.ID, port, public)
 	if public {
 		// The sandbox may have ended meanwhile (SandboxEnded forgets its
@@ -668,6 +676,9 @@ func (s *Server) previewURL(w http.ResponseWriter, r *http.Request) error {
 	stateOf(r).detail["expires_seconds"] = lifetime
 	sb, port, err := s.portFor(r)
 	if err != nil {
+		return err
+	}
+	if err := s.decide(r, &govern.Action{Port: &govern.Port{Port: int64(port)}}); err != nil {
 		return err
 	}
 	exp := s.now().Add(time.Duration(lifetime) * time.Second).Truncate(time.Second)

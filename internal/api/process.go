@@ -18,6 +18,7 @@ import (
 	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/govern"
 )
 
 // ndjson writes one JSON object per line and flushes each.
@@ -323,6 +324,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	}
 	agent, err := s.agentFor(r)
 	if err != nil {
+		return err
+	}
+	if err := s.decide(r, &govern.Action{Exec: govern.NewExec(argv, q.Cwd, q.User, envKeys(q.Env))}); err != nil {
 		return err
 	}
 

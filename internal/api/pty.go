@@ -17,6 +17,7 @@ import (
 	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/govern"
 )
 
 // ptyHangupGrace is how long a terminal program may take to exit after
@@ -110,6 +111,9 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	}
 	agent, err := s.agentFor(r)
 	if err != nil {
+		return err
+	}
+	if err := s.decide(r, &govern.Action{Exec: govern.NewExec(append([]string{cmd}, args...), "", user, nil)}); err != nil {
 		return err
 	}
 

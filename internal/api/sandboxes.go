@@ -10,6 +10,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
@@ -155,6 +156,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if q.Name != "" {
 		st.detail["name"] = q.Name
 	}
+	if err := s.decide(r, &govern.Action{Create: createAction(q)}); err != nil {
+		return err
+	}
 	start := time.Now()
 	sb, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
 		Owner:      st.principal,
@@ -186,6 +190,26 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	st.target = sb.ID
 	st.detail["template"] = sb.Template
 	return writeJSON(w, http.StatusCreated, toSandbox(sb))
+}
+
+// createAction describes a sandbox.create request for the governed path
+// (limits as asked for; 0 is the default).
+func createAction(q createSandboxRequest) *govern.SandboxCreate {
+	c := &govern.SandboxCreate{Name: q.Name, Template: deref(q.Template), Isolation: deref(q.Isolation),
+		Limits: govern.Limits{CPUMillis: deref(q.CPUMillis), MemoryMB: deref(q.MemoryMB), DiskMB: deref(q.DiskMB),
+			TimeoutSeconds: deref(q.TimeoutSeconds)},
+		EnvKeys: envKeys(q.Env)}
+	if q.Network != nil {
+		c.Network.Mode = string(q.Network.Mode)
+		for _, rule := range q.Network.Allow {
+			if rule.Host != "" {
+				c.Network.Allow = append(c.Network.Allow, rule.Host)
+			} else {
+				c.Network.Allow = append(c.Network.Allow, rule.CIDR)
+			}
+		}
+	}
+	return c
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/secrets"
 )
 
@@ -175,6 +177,16 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 		return apierr.Validation("sandbox or principal is required")
 	}
 	st.target = sec.ID
+	// Granting a secret is governed as its use: by the sandbox (or the
+	// principal's sandboxes), on the hosts (comma-separated).
+	grantee := "sandbox:" + q.Sandbox
+	if q.Principal != "" {
+		grantee = "principal:" + q.Principal
+	}
+	if err := s.decide(r, &govern.Action{Secret: &govern.Secret{ID: sec.ID, Name: sec.Name, Grant: grantee,
+		Host: strings.Join(q.Hosts, ",")}}); err != nil {
+		return err
+	}
 	g, err := v.CreateGrant(secrets.Grant{SecretID: sec.ID, Sandbox: q.Sandbox, Principal: q.Principal, Hosts: q.Hosts,
 		Header: q.Header, PathPrefix: q.PathPrefix, EnvName: q.EnvName})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/image"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/template"
@@ -235,6 +236,9 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 			return apierr.Validation("name and image are required")
 		}
 		name, useCmd, source = *q.Name, q.Start, "import "+*q.Image
+		if err := s.decide(r, &govern.Action{Template: &govern.Template{Name: *q.Name, Op: "import", Source: *q.Image}}); err != nil {
+			return err
+		}
 		opts := image.RegistryOptions{Username: q.Username, Password: q.Password, Token: q.Token, Insecure: q.Insecure, Platform: q.Platform}
 		ref := *q.Image
 		img = func(ctx context.Context) (imageSource, error) {
@@ -254,6 +258,14 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 		st.target = name
 		if err := ts.CheckTag(name, templateActor(r)); err != nil {
 			return tagDenied(err)
+		}
+		// Decided before the archive is read.
+		src := "archive"
+		if format != "" {
+			src = format
+		}
+		if err := s.decide(r, &govern.Action{Template: &govern.Template{Name: name, Op: "import", Source: src}}); err != nil {
+			return err
 		}
 		path, done, err := spool(ts, r.Body, "image.tar", maxContextBytes)
 		if err != nil {
@@ -404,6 +416,10 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		st.detail["network"] = mode
 	}
 
+	// Decided before the build context is read.
+	if err := s.decide(r, &govern.Action{Template: &govern.Template{Name: name, Op: "build", Source: dfPath}}); err != nil {
+		return err
+	}
 	dir, err := ts.TempDir("context-")
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@
 // re-attaches (the sandbox keeps running and DialAgent works again) or returns
 // ErrLost after freeing whatever the sandbox still held.
 //
-// Optional abilities (Pauser, Snapshotter, Eventer, PIDer, NetNSer) are
+// Optional abilities (Pauser, Restarter, Snapshotter, Eventer, PIDer, NetNSer) are
 // separate interfaces, called through a type assertion; Capabilities declares
 // them as data, and callers decide from it (CheckCapabilities keeps the two in
 // agreement).
@@ -232,6 +232,7 @@ type Capabilities struct {
 	Network        NetworkSupport `json:"network"`         // how a sandbox gets a network; "" is NetworkNone
 	NeedsRoot      bool           `json:"needs_root"`
 	CaptureUpper   bool           `json:"capture_upper"` // honours Spec.Uppers (template builds)
+	ColdRestart    bool           `json:"cold_restart"`  // Restarter: stop keeping the writable layer, boot again on it
 }
 
 // NetworkSupport says how a backend's sandboxes get a network.
@@ -271,7 +272,9 @@ func CheckCapabilities(b Backend) error {
 	_, eventer := b.(Eventer)
 	_, pider := b.(PIDer)
 	_, netnser := b.(NetNSer)
+	_, restarter := b.(Restarter)
 	agree("Pause", c.Pause, "Pauser", pauser)
+	agree("ColdRestart", c.ColdRestart, "Restarter", restarter)
 	agree("Fork", c.Fork, "Snapshotter", snapshotter)
 	agree("Events", c.Events, "Eventer", eventer)
 	switch c.Network {
@@ -326,6 +329,26 @@ type Backend interface {
 type Pauser interface {
 	Pause(ctx context.Context, h Handle) error
 	Resume(ctx context.Context, h Handle) error
+}
+
+// Restarter is implemented by backends that can end a sandbox's processes
+// but keep its writable layer and host resources, and boot it again on
+// that layer (Capabilities.ColdRestart): E2B's filesystem-only pause.
+//
+// StopKeep ends every process of a running sandbox, as Kill does, and
+// returns the handle to keep. From then on Status reports StateStopped,
+// Wait ErrNotRunning, DialAgent ErrNotRunning; Recover re-attaches the
+// sandbox still stopped (it is not lost: nothing of it was to run); Delete
+// frees it. A backend refuses with ErrUnsupported, before it ends
+// anything, a sandbox whose writable layer would not outlive its processes.
+//
+// Restart boots a sandbox stopped by StopKeep again, with its spec, on its
+// kept writable layer: a cold boot (a new kernel or PID 1, no process of
+// before). It returns, as Start does, the handle to keep once the agent
+// accepts connections; on failure the sandbox is still stopped and kept.
+type Restarter interface {
+	StopKeep(ctx context.Context, h Handle) (Handle, error)
+	Restart(ctx context.Context, h Handle) (Handle, error)
 }
 
 // SnapshotRef names a stored snapshot.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -84,6 +85,30 @@ func (bs *backends) newBackend(reg backend.Registration) (backend.Backend, error
 		}
 	}
 	return reg.New(bs.params, bs.cfg.BackendDecoder(reg.ID))
+}
+
+// close releases what the built backends hold on the host for the daemon
+// itself (io.Closer; native: its sudo fs on kernels before 6.15), at
+// shutdown. Sandboxes keep running.
+func (bs *backends) close() {
+	all := []backend.Backend{}
+	for _, b := range bs.built {
+		all = append(all, b)
+	}
+	for _, l := range bs.pending {
+		l.mu.Lock()
+		if l.b != nil {
+			all = append(all, l.b)
+		}
+		l.mu.Unlock()
+	}
+	for _, b := range all {
+		if c, ok := b.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				bs.log.Warn("close backend", "backend", b.ID(), "err", err)
+			}
+		}
+	}
 }
 
 // probe is the manager's Probe: it tries to bring up backend id now, if it

@@ -109,6 +109,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err := d.backends.build(ctx); err != nil {
 		return err
 	}
+	defer d.backends.close()
 	if err := d.buildManager(); err != nil {
 		return err
 	}
@@ -358,7 +359,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 		if err == nil {
 			var es *e2b.Server
 			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: authn, Audit: alog, Logger: log.With("api", "e2b"),
-				TokenKey: tokenKey, Domain: cfg.E2BDomain})
+				TokenKey: tokenKey, Domain: cfg.E2BDomain, Govern: d.gov})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
 				if err != nil && cfg.E2BListen == config.DefaultE2BListen && errors.Is(err, syscall.EADDRINUSE) {

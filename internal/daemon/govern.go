@@ -21,7 +21,10 @@ func (d *daemon) buildGovernance(ctx context.Context) error {
 		EvalTimeout: g.EvalTimeout,
 		ApprovalTTL: g.ApprovalTTL,
 		Audit:       d.alog,
-		Log:         d.log.With("subsystem", "govern"),
+		// The doors check access themselves (before reading a body) and
+		// feed the result to the engine as its first stage.
+		Access: govern.CheckedAccess(),
+		Log:    d.log.With("subsystem", "govern"),
 	}
 	if w := g.ApprovalWebhook; w.URL != "" {
 		secret, err := os.ReadFile(w.SecretFile)

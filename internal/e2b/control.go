@@ -18,6 +18,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
@@ -402,6 +403,9 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 	if netp != nil {
 		c.detail["network"] = string(netp.Mode)
 	}
+	if err := s.governCall(c, &govern.Action{Kind: govern.KindSandboxCreate, Create: createAttrs(tmpl, q, netp)}); err != nil {
+		return err
+	}
 	sb, err := s.cfg.Manager.Create(c.r.Context(), sandbox.CreateRequest{
 		Owner: c.ident.Principal.ID, Template: tmpl, Env: q.EnvVars, Metadata: q.Metadata, Timeout: timeout,
 		AutoPause: autoPause, AutoResume: autoResume, Network: netp, EnvdKey: c.ident.Key.ID,
@@ -480,12 +484,24 @@ func (s *Server) pause(w http.ResponseWriter, c *call) error {
 	if err != nil {
 		return err
 	}
+	// {"memory": false} (the SDK's pause({keepMemory: false})) keeps only
+	// the files: resumed, the sandbox boots again (PauseCold).
+	var q struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decode(c.r, &q); err != nil {
+		return err
+	}
 	if sandbox.State(sb.State) == sandbox.StatePaused {
 		return errf(http.StatusConflict, "sandbox %q is already paused", id)
 	}
-	if _, err := s.cfg.Manager.Pause(c.r.Context(), id); err != nil {
+	pause, what := s.cfg.Manager.Pause, "pause sandboxes"
+	if q.Memory != nil && !*q.Memory {
+		pause, what = s.cfg.Manager.PauseCold, "pause sandboxes without their memory"
+	}
+	if _, err := pause(c.r.Context(), id); err != nil {
 		if errors.Is(err, backend.ErrUnsupported) {
-			return &apiError{status: http.StatusNotImplemented, message: "this Warden backend cannot pause sandboxes", cause: err}
+			return &apiError{status: http.StatusNotImplemented, message: "this Warden backend cannot " + what, cause: err}
 		}
 		return err
 	}

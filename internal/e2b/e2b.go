@@ -39,6 +39,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -67,6 +68,9 @@ type Config struct {
 	// only the SDK's getHost()); "" returns null. When set, requests whose
 	// Host is {port}-{sandboxID}.{Domain} are routed like header-routed ones.
 	Domain string
+	// Govern decides every action (docs/governance.md); nil lets every
+	// action through undecided (tests that do not govern).
+	Govern *govern.Engine
 }
 
 // Server is the E2B-compatible handler.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 )
 
@@ -54,6 +55,12 @@ func (s *Server) fork(w http.ResponseWriter, c *call) error {
 	c.detail["count"] = n
 	if sandbox.State(src.State) != sandbox.StateRunning {
 		return errf(http.StatusConflict, "sandbox %q is %s: only a running sandbox can be forked", id, src.State)
+	}
+	// A fork is new sandboxes: sandbox.create of the source's template.
+	fa := &govern.Action{Kind: govern.KindSandboxCreate, SandboxID: src.ID, Sandbox: sandboxInfo(src),
+		Create: &govern.SandboxCreate{Template: src.Template, Limits: govern.Limits{TimeoutSeconds: int64(timeout / time.Second)}}}
+	if err := s.governCall(c, fa); err != nil {
+		return err
 	}
 	forks, err := s.cfg.Manager.Fork(c.r.Context(), src.ID, sandbox.ForkRequest{Owner: c.ident.Principal.ID, N: n, Timeout: timeout})
 	if errors.Is(err, backend.ErrUnsupported) {

@@ -98,10 +98,17 @@ func tokenOK(got, want string) bool { return got != "" && want != "" && eq(got, 
 // key is read from the store on every request, as API keys are: a
 // revocation cuts the tokens from the next request on, with no cache.
 func (s *Server) keyValid(w http.ResponseWriter, r *http.Request, sb store.Sandbox) bool {
-	err := s.cfg.Auth.CheckKey(r.Context(), sb.EnvdKey)
+	_, ok := s.keyIdentity(w, r, sb)
+	return ok
+}
+
+// keyIdentity is keyValid returning the identity of the key: the actor of
+// a request made with the sandbox's tokens.
+func (s *Server) keyIdentity(w http.ResponseWriter, r *http.Request, sb store.Sandbox) (auth.Identity, bool) {
+	ident, err := s.cfg.Auth.KeyIdentity(r.Context(), sb.EnvdKey)
 	switch {
 	case err == nil:
-		return true
+		return ident, true
 	case errors.Is(err, auth.ErrUnauthenticated):
 		s.log.Warn("e2b: envd token of a revoked api key", "sandbox", sb.ID, "key", sb.EnvdKey, "remote", r.RemoteAddr)
 		unauthorized(w, "the API key this access token was issued through is no longer valid; connect to the sandbox again with a valid key")
@@ -109,7 +116,7 @@ func (s *Server) keyValid(w http.ResponseWriter, r *http.Request, sb store.Sandb
 		s.log.Error("e2b: check envd key", "sandbox", sb.ID, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"code": 500, "message": "internal error"})
 	}
-	return false
+	return auth.Identity{}, false
 }
 
 // checkSignature checks a signed /files request against token: "" when
@@ -302,8 +309,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	// A token, or a URL signed with one, works only while the API key it is
 	// bound to is valid.
-	if authBy != "none" && !s.keyValid(w, r, sb) {
-		return
+	var ident auth.Identity
+	if authBy != "none" {
+		var ok bool
+		if ident, ok = s.keyIdentity(w, r, sb); !ok {
+			return
+		}
 	}
 	// The acting user: the signed one for a signed URL, else the one the
 	// token holder names (any user, as with envd).
@@ -321,6 +332,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	if port == PortEnvd && path == "/metrics" && r.Method == http.MethodGet {
 		s.envdMetrics(w, r, sb)
 		return
+	}
+	// The governed path: describe the request's actions (reading, bounded,
+	// the body that names them and forwarding the same bytes) and decide
+	// each before anything reaches the agent.
+	var govDetail map[string]any
+	if authBy != "none" && s.cfg.Govern != nil {
+		var ok bool
+		if govDetail, ok = s.governProxied(w, r, sb, ident, path, port, user, authBy); !ok {
+			return
+		}
 	}
 	agent, err := s.cfg.Manager.Agent(r.Context(), id)
 	if err != nil {
@@ -358,7 +379,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		// and is audited all the same.
 		defer func() {
 			v := recover()
-			s.auditProxied(r, sw, sb, path, port, authBy, v != nil)
+			s.auditProxied(r, sw, sb, path, port, authBy, v != nil, govDetail)
 			if v != nil {
 				panic(v)
 			}
@@ -372,7 +393,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 // "client" when the client went away (the request's context is done),
 // else "sandbox" (the agent's side broke: the sandbox died or was
 // stopped), which is an error.
-func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbox, path string, port int, authBy string, aborted bool) {
+func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbox, path string, port int, authBy string, aborted bool, extra map[string]any) {
 	status := sw.status
 	if status == 0 {
 		status = http.StatusOK
@@ -382,6 +403,9 @@ func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbo
 		outcome = audit.OutcomeError
 	}
 	detail := map[string]any{"method": r.Method, "path": path, "port": port, "status": status, "auth": authBy}
+	for k, v := range extra {
+		detail[k] = v
+	}
 	if aborted {
 		if r.Context().Err() != nil {
 			detail["aborted"] = "client"
@@ -390,7 +414,12 @@ func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbo
 			outcome = audit.OutcomeError
 		}
 	}
-	s.appendAudit(r.Context(), sw.Header().Get("X-Request-Id"), sb.Owner, "e2b.envd", sb.ID, outcome, detail)
+	principal := sb.Owner
+	if p, ok := extra["principal"].(string); ok {
+		principal = p
+		delete(detail, "principal")
+	}
+	s.appendAudit(r.Context(), sw.Header().Get("X-Request-Id"), principal, "e2b.envd", sb.ID, outcome, detail)
 }
 
 // statusWriter records the response status; it passes Flush on.

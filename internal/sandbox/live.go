@@ -18,6 +18,9 @@ type live struct {
 	b      backend.Backend     // the backend of h; nil until then
 	client *agentclient.Client // its agent's client, made on first use
 	link   *network.Link       // its network link; nil without a network
+	// cold: a cold pause stops or has stopped its processes and keeps its
+	// files (coldpause.go); the end of its processes is not its end.
+	cold bool
 }
 
 // booted reports whether the backend has created the sandbox.

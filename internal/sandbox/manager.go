@@ -563,6 +563,9 @@ func (m *Manager) watch(id string, h backend.Handle) {
 	if err != nil {
 		return
 	}
+	if m.coldStopped(id) { // a cold pause ended its processes, not the sandbox
+		return
+	}
 	reason := "sandbox exited"
 	if es.Reason != "" {
 		reason = es.Reason
@@ -696,28 +699,34 @@ func (m *Manager) pause(ctx context.Context, id string) (store.Sandbox, error) {
 		return store.Sandbox{}, fmt.Errorf("pause: %w", err)
 	}
 	crashpoint.At(crashpoint.PauseBeforeStore) // Recover's reconcile fixes the record
-	sb, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
-		if State(s.State) != StateRunning {
-			return &StateError{ID: id, State: State(s.State), Want: string(StateRunning)}
-		}
-		if err := setState(s, StatePaused); err != nil {
-			return err
-		}
-		// The countdown stops: a resume gives back what was left, or the
-		// whole timeout when less was (a sandbox paused at its timeout
-		// would otherwise be killed at once).
-		s.Lifecycle.ResumeTimeout = max(time.Until(s.ExpiresAt), s.Lifecycle.Timeout, time.Second).Round(time.Second)
-		s.Lifecycle.PausedAt = time.Now().UTC()
-		return nil
-	})
+	sb, err := m.st.UpdateSandbox(ctx, id, markPaused)
 	if err != nil {
 		p.Resume(context.WithoutCancel(ctx), h) // never leave it frozen behind a record that says otherwise
 	}
 	return sb, err
 }
 
+// markPaused records a running sandbox paused.
+func markPaused(s *store.Sandbox) error {
+	if State(s.State) != StateRunning {
+		return &StateError{ID: s.ID, State: State(s.State), Want: string(StateRunning)}
+	}
+	if err := setState(s, StatePaused); err != nil {
+		return err
+	}
+	// The countdown stops: a resume gives back what was left, or the
+	// whole timeout when less was (a sandbox paused at its timeout
+	// would otherwise be killed at once).
+	s.Lifecycle.ResumeTimeout = max(time.Until(s.ExpiresAt), s.Lifecycle.Timeout, time.Second).Round(time.Second)
+	s.Lifecycle.PausedAt = time.Now().UTC()
+	return nil
+}
+
 // resume is Resume without its metrics.
 func (m *Manager) resume(ctx context.Context, id string) (store.Sandbox, error) {
+	if sb, err := m.Get(ctx, id); err == nil && State(sb.State) == StatePaused && sb.Lifecycle.Cold {
+		return m.resumeCold(ctx, sb) // coldpause.go
+	}
 	l, err := m.liveIn(ctx, id, StatePaused)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -737,27 +746,32 @@ func (m *Manager) resume(ctx context.Context, id string) (store.Sandbox, error) 
 	if err := p.Resume(ctx, h); err != nil {
 		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
 	}
-	return m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
-		if State(s.State) == StatePaused {
-			if err := setState(s, StateRunning); err != nil {
-				return err
-			}
-			// A paused sandbox does not time out; resumed, it counts down
-			// from where the pause froze it (Lifecycle.ResumeTimeout). A
-			// sandbox paused before that was recorded gets its timeout
-			// anew.
-			if left := s.Lifecycle.ResumeTimeout; left > 0 {
-				s.ExpiresAt = time.Now().UTC().Add(left)
-			} else if t := s.Lifecycle.Timeout; t > 0 {
-				if exp := time.Now().UTC().Add(t); s.ExpiresAt.Before(exp) {
-					s.ExpiresAt = exp
-				}
-			}
-			s.Lifecycle.ResumeTimeout = 0
-			s.Lifecycle.PausedAt = time.Time{}
+	return m.st.UpdateSandbox(ctx, id, markResumed)
+}
+
+// markResumed records a paused sandbox running again (a record in another
+// state is left as it is).
+func markResumed(s *store.Sandbox) error {
+	if State(s.State) == StatePaused {
+		if err := setState(s, StateRunning); err != nil {
+			return err
 		}
-		return nil
-	})
+		// A paused sandbox does not time out; resumed, it counts down
+		// from where the pause froze it (Lifecycle.ResumeTimeout). A
+		// sandbox paused before that was recorded gets its timeout
+		// anew.
+		if left := s.Lifecycle.ResumeTimeout; left > 0 {
+			s.ExpiresAt = time.Now().UTC().Add(left)
+		} else if t := s.Lifecycle.Timeout; t > 0 {
+			if exp := time.Now().UTC().Add(t); s.ExpiresAt.Before(exp) {
+				s.ExpiresAt = exp
+			}
+		}
+		s.Lifecycle.ResumeTimeout = 0
+		s.Lifecycle.PausedAt = time.Time{}
+		s.Lifecycle.Cold = false
+	}
+	return nil
 }
 
 // networkOf is the stored network policy of a create request.
@@ -911,6 +925,10 @@ func (m *Manager) recoverOne(ctx context.Context, sb store.Sandbox) bool {
 	if State(sb.State) == StateStopping {
 		// The old daemon was killing it: finish that.
 		m.stop(ctx, sb.ID, "killed (completed after a daemon restart)")
+		return true
+	}
+	if State(sb.State) == StatePaused && sb.Lifecycle.Cold {
+		m.recoverCold(ctx, sb, b, h) // coldpause.go: nothing of it runs
 		return true
 	}
 	m.reconcile(ctx, sb, b, h)

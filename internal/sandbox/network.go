@@ -172,6 +172,9 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p network.Policy) (
 		if err := l.link.SetPolicy(p); err != nil {
 			return sb, fmt.Errorf("set network policy: %w", err)
 		}
+	case ok && l.cold:
+		// Cold-paused (coldpause.go): its link comes back with the stored
+		// policy when it boots again.
 	case ok:
 		if err := m.attachNetwork(ctx, id, l.h, p); err != nil {
 			return sb, err

@@ -144,6 +144,11 @@ type Lifecycle struct {
 	PausedAt time.Time `json:"paused_at,omitzero"`
 	// NoSudo: the sandbox was created with sudo off (CreateRequest.NoSudo).
 	NoSudo bool `json:"no_sudo,omitempty"`
+	// Cold, while the sandbox is paused, says its pause kept only its
+	// files (E2B's pause with keepMemory false): no process of it is left,
+	// and a resume boots it again on its kept writable layer
+	// (internal/sandbox/coldpause.go). False when it is not paused.
+	Cold bool `json:"cold,omitempty"`
 }
 
 // Sandbox is the stored form of a sandbox. State is opaque to the store;

@@ -46,6 +46,10 @@ const (
 	CodeInternal         = "internal"
 	CodeTimeout          = "timeout"
 	CodeBadGateway       = "bad_gateway"
+	// CodeApprovalRequired is a governance rule holding the action until
+	// a principal approves it (docs/governance.md); the body names the
+	// approval (approval_id).
+	CodeApprovalRequired = "approval_required"
 )
 
 // statusOf is the HTTP status of every code (x-status in the spec).
@@ -64,6 +68,7 @@ var statusOf = map[string]int{
 	CodeInternal:         http.StatusInternalServerError,
 	CodeTimeout:          http.StatusGatewayTimeout,
 	CodeBadGateway:       http.StatusBadGateway,
+	CodeApprovalRequired: http.StatusForbidden,
 }
 
 // Status returns the HTTP status of a code, 500 for an unknown one.
@@ -83,6 +88,8 @@ type Error struct {
 	Code    string // one of the Code constants
 	Message string // safe to show to the caller
 	Err     error  // internal cause; logged, never sent
+	// ApprovalID is the approval an approval_required error waits for.
+	ApprovalID string
 }
 
 func (e *Error) Error() string {
@@ -298,6 +305,8 @@ type BodyError struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	RequestID string `json:"request_id"`
+	// ApprovalID is set on approval_required errors.
+	ApprovalID string `json:"approval_id,omitempty"`
 }
 
 // Write turns err into the JSON error response and logs it once (Report).
@@ -323,6 +332,6 @@ func Respond(w http.ResponseWriter, r *http.Request, e *Error) {
 		h.Set("WWW-Authenticate", `Bearer realm="warden"`)
 	}
 	w.WriteHeader(e.Status)
-	b, _ := json.Marshal(Body{Error: BodyError{Code: e.Code, Message: e.Message, RequestID: id}})
+	b, _ := json.Marshal(Body{Error: BodyError{Code: e.Code, Message: e.Message, RequestID: id, ApprovalID: e.ApprovalID}})
 	w.Write(append(b, '\n'))
 }

@@ -99,6 +99,7 @@ type state struct {
 	Pid    int                 `json:"pid,omitempty"`   // the agent, once started
 	Start  uint64              `json:"start,omitempty"` // its start time in clock ticks (/proc/pid/stat), against pid reuse
 	Paused bool                `json:"paused,omitempty"`
+	Kept   bool                `json:"kept,omitempty"` // stopped by StopKeep (coldrestart.go)
 	Exit   *backend.ExitStatus `json:"exit,omitempty"` // set once the agent has exited
 }
 
@@ -133,7 +134,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities declares what the fake does: pause, and nothing of isolation.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "none", Pause: true}
+	return backend.Capabilities{Isolation: "none", Pause: true, ColdRestart: true}
 }
 
 // Dir returns the host directory of sandbox id; its root/ holds the
@@ -521,6 +522,8 @@ func (b *Backend) Status(ctx context.Context, h backend.Handle) (backend.State, 
 		return "", err
 	}
 	switch {
+	case st.Kept:
+		return backend.StateStopped, nil
 	case st.Pid == 0:
 		return backend.StateCreated, nil
 	case st.Exit != nil || !alive(st.Pid, st.Start):
@@ -579,7 +582,7 @@ func (b *Backend) DialAgent(ctx context.Context, h backend.Handle) (net.Conn, er
 func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	dir := b.Dir(h.ID)
 	st, err := readState(dir)
-	if err == nil && st.Pid != 0 && st.Exit == nil && alive(st.Pid, st.Start) {
+	if err == nil && (st.Kept || st.Pid != 0 && st.Exit == nil && alive(st.Pid, st.Start)) {
 		b.mu.Lock()
 		if _, ok := b.sbs[h.ID]; !ok {
 			b.sbs[h.ID] = &sandbox{dir: dir}

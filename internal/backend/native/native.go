@@ -46,6 +46,7 @@ var _ backend.Eventer = (*Backend)(nil)
 var _ backend.OrphanCleaner = (*Backend)(nil)
 var _ backend.Sweeper = (*Backend)(nil)
 var _ backend.PIDer = (*Backend)(nil)
+var _ backend.Restarter = (*Backend)(nil)
 
 func init() {
 	backend.Register(backend.Registration{
@@ -140,9 +141,7 @@ type Backend struct {
 	disk    *diskimg.Pool // nil: writable layers in memory
 	diskErr error         // why disk is nil although Config.DiskDir is set
 
-	sudoOnce  sync.Once // makes sudoFS, the source of sandboxes' sudo (sudo.go)
-	sudoFS    int
-	sudoFSErr error
+	sudo sudoSource // the source of sandboxes' sudo (sudo.go)
 
 	mu    sync.Mutex
 	slots map[int]string // uid slot -> sandbox id
@@ -176,6 +175,7 @@ type handleData struct {
 	Pid       int    `json:"pid,omitempty"`
 	StartTime uint64 `json:"start_time,omitempty"` // /proc/<pid>/stat field 22, guards against pid reuse
 	Disk      bool   `json:"disk,omitempty"`       // the writable layer is a disk image mounted on Dir/stage
+	Kept      bool   `json:"kept,omitempty"`       // stopped by StopKeep: no process, the writable layer kept (coldrestart.go)
 }
 
 // New builds the backend.
@@ -343,7 +343,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "namespaces", Pause: true, Events: true, Network: backend.NetworkAfterStart, NeedsRoot: true, CaptureUpper: true}
+	return backend.Capabilities{Isolation: "namespaces", Pause: true, Events: true, Network: backend.NetworkAfterStart, NeedsRoot: true, CaptureUpper: true, ColdRestart: true}
 }
 
 func (b *Backend) handle(bx *box) backend.Handle {
@@ -426,6 +426,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 	}
 	if err := os.Chown(stage, int(bx.state.UIDBase), int(bx.state.UIDBase)); err != nil {
 		return h, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	if err := saveSpec(dir, spec); err != nil { // a cold restart boots it again (coldrestart.go)
+		os.RemoveAll(dir)
+		return h, err
 	}
 	l := spec.Limits
 	if b.disk != nil {
@@ -830,6 +834,9 @@ func (b *Backend) Status(ctx context.Context, h backend.Handle) (backend.State, 
 	if err != nil {
 		return "", err
 	}
+	if bx.state.Kept {
+		return backend.StateStopped, nil
+	}
 	if bx.state.Pid == 0 {
 		return backend.StateCreated, nil
 	}
@@ -929,6 +936,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	if h.Backend != ID || h.Version != backend.HandleVersion || json.Unmarshal(h.Data, &st) != nil {
 		return fmt.Errorf("%s: unreadable handle: %w", h.ID, backend.ErrLost)
 	}
+	st = keptState(st) // coldrestart.go
 	bx := &box{id: h.ID, state: st, pidfd: -1, done: make(chan struct{}), started: true}
 	b.mu.Lock()
 	if _, dup := b.boxes[h.ID]; dup {
@@ -946,6 +954,8 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 
 	reason := ""
 	switch {
+	case st.Kept:
+		return b.recoverKept(bx)
 	case st.Pid == 0:
 		reason = "it never started"
 	default:
@@ -1091,7 +1101,9 @@ func (b *Backend) Orphans() ([]string, error) {
 	defer b.mu.Unlock()
 	var out []string
 	for _, e := range ents {
-		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() {
+		// Names starting with a dot are the backend's own (sudo.go's
+		// .sudo-fs); no sandbox id has one.
+		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
 			out = append(out, e.Name())
 		}
 	}

@@ -74,6 +74,12 @@ func newBackend(t *testing.T) backend.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Close unmounts the sudo fs where the kernel needs it attached.
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("close backend: %v", err)
+		}
+	})
 	return b
 }
 

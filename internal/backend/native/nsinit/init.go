@@ -177,7 +177,7 @@ func buildRoot(cfg Config, fds []int) error {
 			return fmt.Errorf("layer %d: bad fd index", i)
 		}
 		name := "l" + strconv.Itoa(i)
-		if err := os.Mkdir(name, 0o700); err != nil {
+		if err := mkdirKept(name, 0o700); err != nil {
 			return fmt.Errorf("layer dir: %w", err)
 		}
 		if err := unix.MoveMount(fds[l.Fd], "", unix.AT_FDCWD, name, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -200,7 +200,7 @@ func buildRoot(cfg Config, fds []int) error {
 			ordered = append(ordered, t)
 		}
 	}
-	if err := os.Mkdir("root", 0o755); err != nil {
+	if err := mkdirKept("root", 0o755); err != nil {
 		return fmt.Errorf("root dir: %w", err)
 	}
 	// Captured uppers (builds): writable host directories, attached as c<i>,
@@ -225,10 +225,10 @@ func buildRoot(cfg Config, fds []int) error {
 		if c, ok := captured[t]; ok {
 			up, work = c+"/upper", c+"/work"
 		}
-		if err := os.Mkdir(up, 0o755); err != nil {
+		if err := mkdirKept(up, 0o755); err != nil {
 			return fmt.Errorf("upper dir: %w", err)
 		}
-		if err := os.Mkdir(work, 0o700); err != nil {
+		if err := mkdirKept(work, 0o700); err != nil {
 			return fmt.Errorf("work dir: %w", err)
 		}
 		dst := "root"
@@ -251,6 +251,20 @@ func buildRoot(cfg Config, fds []int) error {
 		return err
 	}
 	return nil
+}
+
+// mkdirKept makes directory name in the stage, or accepts the one a
+// previous boot left there: a cold restart (wardend's Restarter) boots
+// again on the kept disk image, whose stage keeps its layer mount points
+// and the overlay's upper and work directories (the sandbox's files).
+func mkdirKept(name string, mode os.FileMode) error {
+	err := os.Mkdir(name, mode)
+	if errors.Is(err, os.ErrExist) {
+		if st, lerr := os.Lstat(name); lerr == nil && st.IsDir() {
+			return nil
+		}
+	}
+	return err
 }
 
 // mountpoint returns root+target after checking that every component below
