@@ -41,6 +41,12 @@ type Factory struct {
 	// agent's socket, binaries, databases and configuration. The Probes
 	// subtest passes them to warden-probe (sockets are also dialled).
 	HostPaths func(t *testing.T, h backend.Handle) []string
+	// HostDisk (optional) lists the host files that hold sandbox h's
+	// writable data on the host's disk (its disk image), none when the
+	// backend keeps it in memory. With it, probe 24 (filling the disk)
+	// checks what those files take on the host; without it, the host's
+	// free space, which other processes change too.
+	HostDisk func(t *testing.T, h backend.Handle) []string
 	// Unconfined marks a backend whose sandbox processes run on the host as
 	// the user running the test, with no root filesystem, users or hostname
 	// of their own (the fake backend). The suite then leaves out its checks

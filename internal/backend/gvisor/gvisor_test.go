@@ -138,7 +138,11 @@ func hostPaths(t *testing.T, h backend.Handle) []string {
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths})
+	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths,
+		HostDisk: func(t *testing.T, h backend.Handle) []string {
+			// The writable layer of "/": gVisor's filestore on the sandbox's image.
+			return []string{filepath.Join(diskDir(), h.ID+".img")}
+		}})
 }
 
 // TestPausedAcrossReboot pauses a sandbox, then takes away everything a host

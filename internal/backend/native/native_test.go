@@ -140,7 +140,13 @@ func hostPaths(t *testing.T, h backend.Handle) []string {
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths})
+	backendtest.Run(t, backendtest.Factory{New: newBackend, Spec: baseSpec, Leftovers: leftovers, HostPaths: hostPaths,
+		HostDisk: func(t *testing.T, h backend.Handle) []string {
+			if os.Getenv("WARDEN_TEST_DISK") == "" {
+				return nil // writable layers in memory: nothing of the sandbox on the host's disk
+			}
+			return []string{filepath.Join(filepath.Dir(runDir), "disks", h.ID+".img")}
+		}})
 }
 
 // nsGetOwnerUID is ioctl NS_GET_OWNER_UID (linux/nsfs.h: _IO(0xb7, 0x4)).
