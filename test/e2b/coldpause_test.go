@@ -39,7 +39,7 @@ try {
     const again = await Sandbox.connect(sbx.sandboxId)
     console.log('RESUMED', (await again.getInfo()).state)
     console.log('FILE', JSON.stringify(await again.files.read('/home/user/kept.txt')))
-    const after = (await again.commands.run('cat /proc/sys/kernel/random/boot_id; cut -d" " -f22 /proc/1/stat; pgrep -x sleep | wc -l; kill -0 ' + bg.pid + ' 2>/dev/null && echo alive || echo gone')).stdout.trim().split('\n')
+    const after = (await again.commands.run('cat /proc/sys/kernel/random/boot_id; cut -d" " -f22 /proc/1/stat; pgrep -x sleep | wc -l; [ \"$(cat /proc/' + bg.pid + '/comm 2>/dev/null)\" = sleep ] && echo alive || echo gone')).stdout.trim().split('\n')
     console.log('BEFORE', JSON.stringify(before))
     console.log('AFTER', JSON.stringify(after))
     console.log('PROCS', before[2], after[2], after[3])
