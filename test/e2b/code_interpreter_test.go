@@ -105,34 +105,7 @@ try {
 // TestE2BCodeInterpreterBehaviour runs ciBehaviourScript against wardend
 // with each backend.
 func TestE2BCodeInterpreterBehaviour(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: starts wardend, which needs root (CI runs as root)")
-	}
-	node, errNode := exec.LookPath("node")
-	npm, errNpm := exec.LookPath("npm")
-	if errNode != nil || errNpm != nil {
-		t.Skipf("SKIP (LOUD): node or npm is not installed (%v, %v): the code-interpreter behaviour suite did NOT run", errNode, errNpm)
-	}
-	work, err := os.MkdirTemp("", "warden-e2b-ci-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(work, 0o755)
-	t.Cleanup(func() { os.RemoveAll(work) })
-	os.WriteFile(filepath.Join(work, "package.json"), []byte(`{"name":"warden-e2b-ci","private":true,"type":"module"}`), 0o644)
-	ictx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	inst := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+SDKVersion, "@e2b/code-interpreter@"+CodeInterpreterVersion)
-	inst.Dir = work
-	if out, err := inst.CombinedOutput(); err != nil {
-		t.Skipf("SKIP (LOUD): npm install @e2b/code-interpreter@%s failed (%v); the code-interpreter behaviour suite did NOT run:\n%s", CodeInterpreterVersion, err, out)
-	}
-	bin := filepath.Join(work, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "github.com/warden-sandbox/warden/cmd/wardend", "github.com/warden-sandbox/warden/cmd/warden-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	work, node := sdkWork(t, "ci", "e2b@"+SDKVersion, "@e2b/code-interpreter@"+CodeInterpreterVersion)
 	os.WriteFile(filepath.Join(work, "ci.mjs"), []byte(ciBehaviourScript), 0o644)
 
 	for _, backend := range []string{"native", "gvisor"} {

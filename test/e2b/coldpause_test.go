@@ -54,34 +54,7 @@ try {
 
 // TestE2BColdPause runs coldPauseScript against wardend with each backend.
 func TestE2BColdPause(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: starts wardend, which needs root (CI runs as root)")
-	}
-	node, errNode := exec.LookPath("node")
-	npm, errNpm := exec.LookPath("npm")
-	if errNode != nil || errNpm != nil {
-		t.Skipf("SKIP (LOUD): node or npm is not installed (%v, %v): the E2B cold pause suite did NOT run", errNode, errNpm)
-	}
-	work, err := os.MkdirTemp("", "warden-e2b-cold-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(work, 0o755)
-	t.Cleanup(func() { os.RemoveAll(work) })
-	os.WriteFile(filepath.Join(work, "package.json"), []byte(`{"name":"warden-e2b-cold","private":true,"type":"module"}`), 0o644)
-	ictx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	inst := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+SDKVersion)
-	inst.Dir = work
-	if out, err := inst.CombinedOutput(); err != nil {
-		t.Skipf("SKIP (LOUD): npm install e2b@%s failed (%v); the E2B cold pause suite did NOT run:\n%s", SDKVersion, err, out)
-	}
-	bin := filepath.Join(work, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "github.com/warden-sandbox/warden/cmd/wardend", "github.com/warden-sandbox/warden/cmd/warden-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	work, node := sdkWork(t, "cold")
 	os.WriteFile(filepath.Join(work, "cold.mjs"), []byte(coldPauseScript), 0o644)
 
 	for _, backend := range []string{"native", "gvisor"} {
