@@ -7,7 +7,6 @@ package e2bsdk
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,20 +70,7 @@ func TestE2BGovernedDoor(t *testing.T) {
 			t.Logf("wardend log:\n%s", log.String())
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + e2bAddr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("wardend's E2B listener did not come up: %v\n%s", err, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitE2B(t, e2bAddr, &log)
 	keyb, err := os.ReadFile(filepath.Join(state, "admin.key"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,9 @@
 package e2bsdk
 
 import (
+	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,4 +53,24 @@ func sdkWork(t *testing.T, name string, pkgs ...string) (work, node string) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	return work, node
+}
+
+// waitE2B waits for the E2B listener of a wardend started by a test to
+// answer /health, failing with the daemon's log after 30 s.
+func waitE2B(t *testing.T, addr string, log *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wardend's E2B listener did not come up: %v\n%s", err, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
