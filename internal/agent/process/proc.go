@@ -58,6 +58,7 @@ type proc struct {
 	config *pb.ProcessConfig
 	out    *output
 	done   chan struct{} // closed once the end event is published
+	exitCh chan struct{} // closed once the exit status is in (onExit)
 
 	inMu  sync.Mutex // serializes input writes (held while one blocks)
 	fmu   sync.Mutex // guards stdin; never held while blocking
@@ -217,7 +218,18 @@ func setWinsize(f *os.File, size *pb.PTY_Size) error {
 // job) cannot hold back the end event.
 func (p *proc) read(r reader) {
 	defer p.doneOne()
-	defer r.f.Close()
+	defer func() {
+		if r.kind == kindPTY {
+			// Closing the master hangs up the terminal: the kernel sends
+			// SIGHUP to the session leader. The master reads EIO as soon
+			// as the leader's exit closed its files, before the exit is
+			// complete, and a SIGHUP then would replace the exit status
+			// it was exiting with. So the master stays open until the
+			// status is in.
+			<-p.exitCh
+		}
+		r.f.Close()
+	}()
 	buf := make([]byte, readSize)
 	emit := func(b []byte) {
 		data := make([]byte, len(b))
@@ -288,6 +300,7 @@ func (p *proc) onExit(ws syscall.WaitStatus) {
 	}
 	readers := p.readers
 	p.mu.Unlock()
+	close(p.exitCh)
 	p.out.release()
 	for _, r := range readers {
 		r.f.SetReadDeadline(time.Now().Add(drainIdle)) // ErrClosed if already done: fine

@@ -166,6 +166,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 		config: sp.config,
 		out:    newOutput(int64(s.cfg.OutputBuffer)),
 		done:   make(chan struct{}),
+		exitCh: make(chan struct{}),
 	}
 	if err := s.reserve(p); err != nil {
 		return err
