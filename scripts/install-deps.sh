@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Warden needs on a fresh Debian 12 machine (as root): the
 # userland the `base` template exposes to sandboxes (bash, coreutils,
-# python3, node, npm, git) and the tools the tests and benchmarks use (bubblewrap
+# python3, node, npm, git, R, a JDK) and the tools the tests and benchmarks use (bubblewrap
 # as a baseline, util-linux for unshare, debootstrap for the Debian image
 # test, e2fsprogs and mount for the sandboxes' disk images, systemd-analyze
 # for the unit `wardend install` writes). Idempotent: skips what is there.
@@ -28,6 +28,16 @@ if ! /usr/bin/python3 -c 'import matplotlib, numpy, pandas, PIL' >/dev/null 2>&1
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends python3-matplotlib python3-numpy python3-pandas python3-pil >/dev/null
+fi
+# R and a JDK for the code interpreter's r and java kernels (E2B's template
+# has IRkernel and IJava): Rscript, and java, javac and the jdk.jshell module
+# that the Java driver evaluates snippets with. Like python3, sandboxes of
+# the base template get them from the host's /usr (and /etc/R).
+if ! command -v Rscript >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1 || ! command -v jshell >/dev/null 2>&1; then
+  echo "install-deps: installing r-base-core default-jdk-headless" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends r-base-core default-jdk-headless >/dev/null
 fi
 if command -v npm >/dev/null 2>&1 && ! node -e 'require(require("path").join(process.argv[1], "typescript"))' "$(npm root -g)" >/dev/null 2>&1; then
   echo "install-deps: installing typescript@5 (npm -g)" >&2

@@ -8,7 +8,8 @@
 // without the HTTP API). With -api URL it also drives a running wardend over
 // HTTP with the Go SDK: create → first output → kill sequentially and with
 // -burst creates in flight, exec round trips, and 1 MiB and -big MiB file
-// upload and download.
+// upload and download; with -idle N the CPU time N idle sandboxes and wardend
+// use over 10 s.
 package main
 
 import (
@@ -46,6 +47,8 @@ func main() {
 	densityFlag := flag.String("density", "", "with -api: idle sandboxes to hold, in increasing steps, such as 100,250,500,1000\n(empty: skip)")
 	chartOut := flag.String("chart", "", "also draw the latency distributions as a PNG to this file")
 	netMiB := flag.Int64("net", 0, "with -api: also measure the create-path cost of each network mode and an N MiB\ndownload from a fake host (a test namespace) through a sandbox's network and directly\n(0: skip)")
+	idleN := flag.Int("idle", 0, "with -api: hold N idle native sandboxes and measure the CPU time their cgroups and wardend\nuse over 10 s (0: skip)")
+	wardendPID := flag.Int("wardend-pid", 0, "with -idle: wardend's pid (default: the process listening on -api's port)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: warden-bench [flags]\n\nMeasures native sandbox create→first output, exec round trip and teardown\nbeside bare fork/exec, bubblewrap and (when installed) runsc baselines (needs root).\n\n")
 		flag.PrintDefaults()
@@ -64,7 +67,7 @@ func main() {
 		steps = append(steps, v)
 	}
 	o := opts{n: *n, agent: *agentPath, state: *stateDir, json: *jsonOut, api: *apiURL, burst: *burst, big: *bigMiB << 20,
-		density: steps, chart: *chartOut, net: *netMiB << 20}
+		density: steps, chart: *chartOut, net: *netMiB << 20, idle: *idleN, wardendPID: *wardendPID}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "warden-bench:", err)
 		os.Exit(1)
@@ -82,6 +85,8 @@ type opts struct {
 	density     []int
 	chart       string
 	net         int64 // bytes of the network download; 0 skips the network part
+	idle        int   // idle sandboxes whose CPU use to measure; 0 skips it
+	wardendPID  int   // wardend's pid for the idle measurement; 0 finds it
 }
 
 // results is the JSON output.
@@ -91,6 +96,7 @@ type results struct {
 	N         int                 `json:"n"`
 	Summaries []benchstat.Summary `json:"summaries"`
 	Density   []densityStep       `json:"density,omitempty"`
+	IdleCPU   *idleCPU            `json:"idle_cpu,omitempty"`
 	Notes     []string            `json:"notes,omitempty"`
 }
 
@@ -230,6 +236,7 @@ func run(o opts) error {
 
 	all := append(slices.Clone(baselines), create, rtTrue, rtEcho, teardown)
 	var steps []densityStep
+	var idle *idleCPU
 	if o.api != "" {
 		c, err := warden.New(warden.WithBaseURL(o.api))
 		if err != nil {
@@ -255,6 +262,14 @@ func run(o opts) error {
 			all = append(all, ns...)
 			notes = append(notes, nn...)
 		}
+		if o.idle > 0 {
+			r, err := idleBench(ctx, c, o.idle, o.api, o.wardendPID)
+			if err != nil {
+				return fmt.Errorf("idle CPU: %w", err)
+			}
+			idle = &r
+			notes = append(notes, r.String())
+		}
 		if len(o.density) > 0 {
 			var ds []*benchstat.Series
 			steps, ds, err = density(ctx, c, o.density)
@@ -279,7 +294,7 @@ func run(o opts) error {
 		fmt.Println("\n" + note)
 	}
 	if o.json != "" {
-		raw, _ := json.MarshalIndent(results{Host: host, Time: now, N: n, Summaries: sums, Density: steps, Notes: notes}, "", "  ")
+		raw, _ := json.MarshalIndent(results{Host: host, Time: now, N: n, Summaries: sums, Density: steps, IdleCPU: idle, Notes: notes}, "", "  ")
 		if err := os.WriteFile(o.json, raw, 0o644); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,7 +82,7 @@ func TestSmoke(t *testing.T) {
 
 	jsonOut, chart := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
 	if err := run(opts{n: 2, agent: agent, state: filepath.Join(dir, "state"), json: jsonOut, chart: chart,
-		api: "http://" + addr, burst: 3, big: 1 << 20, density: []int{2, 4}, net: 4 << 20}); err != nil {
+		api: "http://" + addr, burst: 3, big: 1 << 20, density: []int{2, 4}, net: 4 << 20, idle: 3}); err != nil {
 		t.Fatal(err)
 	}
 	var res results
@@ -111,6 +112,17 @@ func TestSmoke(t *testing.T) {
 	}
 	if len(res.Density) != 2 || res.Density[1].N != 4 || res.Density[1].CgroupMiBPer <= 0 {
 		t.Errorf("density sweep: %+v", res.Density)
+	}
+	// The idle measurement found the sandboxes' cgroups (it fails when it
+	// cannot) and wardend by its listening port.
+	if r := res.IdleCPU; r == nil || r.N != 3 || r.WindowSeconds < idleWindow.Seconds() || r.SandboxesMS < 0 ||
+		r.WardendPID != d.Process.Pid || r.WardendMS < 0 {
+		t.Errorf("idle CPU: %+v (wardend is pid %d)", r, d.Process.Pid)
+	} else {
+		t.Log(r.String())
+	}
+	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.HasPrefix(n, "idle CPU: 3 idle native sandboxes") }) {
+		t.Errorf("no idle CPU note in %q", res.Notes)
 	}
 	if b, err := os.ReadFile(chart); err != nil || len(b) < 8 || string(b[1:4]) != "PNG" {
 		t.Errorf("chart: %v", err)

@@ -39,7 +39,6 @@ package api
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,7 +50,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
@@ -84,7 +82,9 @@ type Config struct {
 	Manager *sandbox.Manager
 	Store   store.Store
 	Auth    *auth.Authenticator
-	Audit   *audit.Logger
+	// Audit writes each call's audit event and reads the log back (the
+	// governed path's last step; govern.NewAuditLog over the audit logger).
+	Audit *govern.AuditLog
 	// Logger receives the access log and error causes; slog.Default()
 	// when nil.
 	Logger *slog.Logger
@@ -135,6 +135,18 @@ type Config struct {
 	// Govern is the governance engine behind /v1/policies and
 	// /v1/approvals (governance.go); nil: those routes answer 503.
 	Govern *govern.Engine
+	// MCP is told of every change through /v1/mcp (mcp.go) so the MCP
+	// gateway serves it at once; nil: nobody is told.
+	MCP MCPHooks
+}
+
+// MCPHooks is what the API tells the MCP gateway (internal/mcpgw's
+// *Gateway) after a change to its configuration: Invalidate after any,
+// ForgetConnector (closing its upstream sessions) after a connector's
+// spec or credentials changed or it was removed.
+type MCPHooks interface {
+	Invalidate()
+	ForgetConnector(id string)
 }
 
 // Server serves the Warden HTTP API.
@@ -143,7 +155,7 @@ type Server struct {
 	mgr        *sandbox.Manager
 	st         store.Store
 	auth       *auth.Authenticator
-	audit      *audit.Logger
+	audit      *govern.AuditLog
 	log        *slog.Logger
 	presignKey []byte
 	metrics    *metrics
@@ -226,23 +238,19 @@ func (s *Server) SandboxEnded(sb store.Sandbox) {
 	s.ports.forget(sb.ID)
 	// A sandbox can end without an API call (timeout, exit, lost after a
 	// restart): the daemon itself records that in the audit log.
-	detail, _ := json.Marshal(map[string]string{"state": sb.State, "reason": sb.EndReason})
-	if _, err := s.audit.Append(context.Background(), audit.Event{
-		PrincipalID: "system", Action: "sandbox.end", Target: sb.ID, Outcome: audit.OutcomeSuccess, Detail: detail,
-	}); err != nil {
-		s.log.Error("append audit event", "action", "sandbox.end", "sandbox", sb.ID, "err", err)
-	}
+	s.audit.Write(context.Background(), govern.AuditEvent{
+		Principal: "system", Name: "sandbox.end", Target: sb.ID, Outcome: govern.AuditSuccess,
+		Detail: map[string]any{"state": sb.State, "reason": sb.EndReason},
+	})
 }
 
 // SandboxEvent records a sandbox's resource event (an OOM kill) in the
 // audit log. Set it as the manager's OnEvent.
 func (s *Server) SandboxEvent(id string, ev backend.Event) {
-	detail, _ := json.Marshal(map[string]string{"kind": ev.Kind, "detail": ev.Detail})
-	if _, err := s.audit.Append(context.Background(), audit.Event{
-		PrincipalID: "system", Action: "sandbox." + ev.Kind, Target: id, Outcome: audit.OutcomeSuccess, Detail: detail,
-	}); err != nil {
-		s.log.Error("append audit event", "action", "sandbox."+ev.Kind, "sandbox", id, "err", err)
-	}
+	s.audit.Write(context.Background(), govern.AuditEvent{
+		Principal: "system", Name: "sandbox." + ev.Kind, Target: id, Outcome: govern.AuditSuccess,
+		Detail: map[string]any{"kind": ev.Kind, "detail": ev.Detail},
+	})
 }
 
 // route is one operation of the API.
@@ -261,8 +269,8 @@ type route struct {
 	// kind is the governed action the route is (docs/governance.md): its
 	// handler describes the action and calls decide before doing it, and
 	// serve feeds an access refusal to the engine. A route that is no
-	// action says why in nokind instead (reads of metadata, lifecycle and
-	// administration without a kind yet); TestRouteKinds requires one of
+	// action says why in nokind instead (reads of metadata, administration
+	// without a kind yet); TestRouteKinds requires one of
 	// the two on every route.
 	kind   govern.Kind
 	nokind string
@@ -273,13 +281,11 @@ type route struct {
 const (
 	nkSystem      = "public system route"
 	nkRead        = "a read of metadata, status or output: scopes and ownership only"
-	nkLifecycle   = "sandbox lifecycle (kill, timeout, pause, resume, fork): no action kind yet"
-	nkNetwork     = "a network policy change: no action kind yet; connections are governed as egress.connect"
 	nkProcess     = "acts on a process its exec or pty started (governed when opened, not per keystroke)"
 	nkCodeContext = "a code context holds no code; code.run is governed"
 	nkPresigned   = "decided when the URL was signed (presign, file.read or file.write)"
 	nkUnpublish   = "closes a port: it takes access away"
-	nkProxy       = "traffic to a port: decided when the port was published or its URL made (port.preview)"
+	nkProxyRoot   = "redirects to the proxy's root (.../proxy/), where each request is decided (port.preview)"
 	nkAdmin       = "secret and template store administration: no action kind yet"
 	nkGovernance  = "policies and approvals: human-only scopes; approval decisions are audited by the engine"
 )
@@ -295,14 +301,14 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/sandboxes", action: "sandbox.create", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindSandboxCreate, h: s.createSandbox},
 		{pattern: "GET /v1/sandboxes", action: "sandbox.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listSandboxes},
 		{pattern: "GET /v1/sandboxes/{id}", action: "sandbox.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getSandbox},
-		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, ownScope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.killSandbox},
-		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.setTimeout},
-		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.pauseSandbox},
-		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.resumeSandbox},
-		{pattern: "POST /v1/sandboxes/{id}/fork", action: "sandbox.fork", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkLifecycle, h: s.forkSandbox},
+		{pattern: "DELETE /v1/sandboxes/{id}", action: "sandbox.kill", scope: auth.ScopeSandboxesDelete, ownScope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindLifecycle, h: s.killSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/timeout", action: "sandbox.timeout", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindLifecycle, h: s.setTimeout},
+		{pattern: "POST /v1/sandboxes/{id}/pause", action: "sandbox.pause", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindLifecycle, h: s.pauseSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/resume", action: "sandbox.resume", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindLifecycle, h: s.resumeSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/fork", action: "sandbox.fork", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindLifecycle, h: s.forkSandbox},
 		{pattern: "GET /v1/sandboxes/{id}/usage", action: "sandbox.usage", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.usage},
 		{pattern: "GET /v1/sandboxes/{id}/network", action: "network.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getNetwork},
-		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkNetwork, h: s.setNetwork},
+		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindNetworkChange, h: s.setNetwork},
 
 		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.exec},
 		{pattern: "GET /v1/sandboxes/{id}/logs", action: "sandbox.logs", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, audited: true, nokind: nkRead, h: s.logs},
@@ -339,8 +345,8 @@ func (s *Server) routeTable() []route {
 		{pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", action: "port.unpublish", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkUnpublish, h: s.unpublishPort},
 		{pattern: "POST /v1/sandboxes/{id}/ports/{port}/url", action: "port.url", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindPortPreview, h: s.previewURL},
 		// Any method; authorised inside (API key, preview token or public port).
-		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", action: "port.proxy", public: true, nokind: nkProxy, h: s.proxyByPath},
-		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy", action: "port.proxy", public: true, nokind: nkProxy, h: s.proxyRoot},
+		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", action: "port.proxy", public: true, kind: govern.KindPortPreview, h: s.proxyByPath},
+		{pattern: "/v1/sandboxes/{id}/ports/{port}/proxy", action: "port.proxy", public: true, nokind: nkProxyRoot, h: s.proxyRoot},
 
 		{pattern: "GET /v1/whoami", action: "identity.whoami", nokind: nkRead, h: s.whoami},
 		{pattern: "POST /v1/principals", action: "principal.create", scope: auth.ScopeAdmin, audited: true, kind: govern.KindPrincipalChange, h: s.createPrincipal},
@@ -378,6 +384,27 @@ func (s *Server) routeTable() []route {
 		// route audits refusals (self-approval, not an approver, no scope).
 		{pattern: "POST /v1/approvals/{id}/approve", action: "approval.decide", scope: auth.ScopeApprovalsDecide, nokind: nkGovernance, h: s.approve},
 		{pattern: "POST /v1/approvals/{id}/reject", action: "approval.decide", scope: auth.ScopeApprovalsDecide, nokind: nkGovernance, h: s.reject},
+
+		// The MCP gateway's configuration (mcp.go): mcp:admin; mcp:use sees
+		// the servers granted to its principal and binds its own credentials.
+		{pattern: "POST /v1/mcp/connectors", action: "mcp.connector_create", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.createConnector},
+		{pattern: "GET /v1/mcp/connectors", action: "mcp.connector_list", scope: auth.ScopeMCPAdmin, nokind: nkRead, h: s.listConnectors},
+		{pattern: "GET /v1/mcp/connectors/{id}", action: "mcp.connector_get", scope: auth.ScopeMCPAdmin, nokind: nkRead, h: s.getConnector},
+		{pattern: "PUT /v1/mcp/connectors/{id}", action: "mcp.connector_update", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.updateConnector},
+		{pattern: "DELETE /v1/mcp/connectors/{id}", action: "mcp.connector_delete", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.deleteConnector},
+		{pattern: "PUT /v1/mcp/connectors/{id}/credentials", action: "mcp.credential_put", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, audited: true, kind: govern.KindMCPAdmin, h: s.putMCPCredential},
+		{pattern: "DELETE /v1/mcp/connectors/{id}/credentials", action: "mcp.credential_delete", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, audited: true, kind: govern.KindMCPAdmin, h: s.deleteMCPCredential},
+		{pattern: "POST /v1/mcp/servers", action: "mcp.server_create", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.createMCPServer},
+		{pattern: "GET /v1/mcp/servers", action: "mcp.server_list", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, nokind: nkRead, h: s.listMCPServers},
+		{pattern: "GET /v1/mcp/servers/{id}", action: "mcp.server_get", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, nokind: nkRead, h: s.getMCPServer},
+		{pattern: "PUT /v1/mcp/servers/{id}", action: "mcp.server_update", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.updateMCPServer},
+		{pattern: "DELETE /v1/mcp/servers/{id}", action: "mcp.server_delete", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.deleteMCPServer},
+		{pattern: "GET /v1/mcp/servers/{id}/grants", action: "mcp.grant_list", scope: auth.ScopeMCPAdmin, nokind: nkRead, h: s.listMCPGrants},
+		{pattern: "PUT /v1/mcp/servers/{id}/grants/{principal}", action: "mcp.grant", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.putMCPGrant},
+		{pattern: "DELETE /v1/mcp/servers/{id}/grants/{principal}", action: "mcp.revoke", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.deleteMCPGrant},
+		{pattern: "GET /v1/mcp/tools", action: "mcp.tool_list", scope: auth.ScopeMCPAdmin, nokind: nkRead, h: s.listMCPTools},
+		{pattern: "POST /v1/mcp/tools/{connector}/{tool}/{hash}/approve", action: "mcp.tool_approve", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.approveMCPTool},
+		{pattern: "POST /v1/mcp/tools/{connector}/{tool}/{hash}/reject", action: "mcp.tool_reject", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.rejectMCPTool},
 
 		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.listAudit},
 		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.verifyAudit},

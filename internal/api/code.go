@@ -18,7 +18,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/agent/sysuser"
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
 )
 
@@ -33,6 +32,7 @@ var codeLanguages = map[string]string{
 	"javascript": "javascript", "js": "javascript", "node": "javascript",
 	"typescript": "typescript", "ts": "typescript",
 	"bash": "bash", "sh": "bash",
+	"r": "r", "java": "java",
 }
 
 // contextIDRE is what a context id may look like (the agent makes 16 hex
@@ -69,7 +69,7 @@ func codeHash(code string) string {
 func normalizeLanguage(lang string) (string, error) {
 	l, ok := codeLanguages[strings.ToLower(strings.TrimSpace(lang))]
 	if !ok {
-		return "", apierr.Validation("language: unsupported %q (python, javascript, typescript, bash)", truncate(lang, 32))
+		return "", apierr.Validation("language: unsupported %q (python, javascript, typescript, bash, r, java)", truncate(lang, 32))
 	}
 	return l, nil
 }
@@ -201,7 +201,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer resp.Body.Close()
 	out := startNDJSON(w)
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	ended := false
 	for {

@@ -17,7 +17,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	fspb "github.com/warden-sandbox/warden/internal/agentpb/filesystem"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
 )
 
@@ -255,7 +254,7 @@ func (s *Server) stat(w http.ResponseWriter, r *http.Request) error {
 			// before every upload): the read succeeded, the answer is no.
 			st := stateOf(r)
 			st.detail["exists"] = false
-			s.commitAudit(r, audit.OutcomeSuccess)
+			s.commitAudit(r, govern.AuditSuccess)
 		}
 		return err
 	}
@@ -402,7 +401,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 		}
 		return errors.New("watch stream ended before its start event")
 	}
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	out := startNDJSON(w)
 	if out.send(watchEvent{Type: "start"}) != nil {
 		return nil

@@ -17,8 +17,9 @@ import (
 // handler describes the action once and calls decide, after the caller's
 // access was checked (authentication and the route's scope in serve,
 // ownership in sandboxFor) and before anything is done. decide runs the
-// action through the engine (access, rules, later stages) and records the
-// decision in the call's one audit event. An access refusal of a kinded
+// action through the engine (access, rules, later stages) and keeps the
+// action and its decision for the call's one audit event, which the
+// governed path's audit log (govern.AuditLog) writes with govern.Record. An access refusal of a kinded
 // route (a missing scope, a sandbox that is not the caller's) is fed to the
 // engine as its access stage (govern.Checked), so it is decided and
 // recorded by the same path. Routes that are no action say why (nokind).
@@ -43,9 +44,12 @@ func (s *Server) decide(r *http.Request, a *govern.Action) error {
 		return nil // no engine: no rules (scopes and ownership were checked)
 	}
 	d, err := g.Decide(r.Context(), a)
-	st.detail[govern.AuditKey] = govern.Record(a, d)
+	st.governed = []govern.Decided{{Action: a, Decision: d}}
 	if err != nil {
 		return fmt.Errorf("govern %s: %w", a.Kind, err)
+	}
+	if d.Outcome == govern.LogOnly {
+		st.audited = true // flagged: audited also on routes that audit only denials (preview traffic)
 	}
 	return policyError(d)
 }
@@ -86,7 +90,7 @@ func (s *Server) refuseAccess(r *http.Request, kind govern.Kind, cause error) {
 	}
 	a.Credential = &govern.Checked{Identity: st.ident, Err: cause}
 	d, _ := g.Decide(r.Context(), a)
-	st.detail[govern.AuditKey] = govern.Record(a, d)
+	st.governed = []govern.Decided{{Action: a, Decision: d}}
 }
 
 // fillAction fills the fields every action of this door has.

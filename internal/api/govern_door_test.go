@@ -30,7 +30,7 @@ func init() { requireDecision = true }
 // builder and a secret vault, so that every kinded route reaches decide.
 func doorServer(t *testing.T, gcfg govern.Config) (*govern.Engine, *httptest.Server) {
 	t.Helper()
-	gcfg.Store, gcfg.Audit, gcfg.Access = env.st, env.audit, govern.CheckedAccess()
+	gcfg.Store, gcfg.Audit, gcfg.Access = env.st, env.alog, govern.CheckedAccess()
 	g := govern.New(gcfg)
 	v, err := secrets.New(bytes.Repeat([]byte{7}, secrets.KeySize), &secrets.MemStore{})
 	if err != nil {
@@ -140,7 +140,9 @@ func TestRouteKinds(t *testing.T) {
 			t.Errorf("route %s has a kind and a nokind reason", rt.pattern)
 		case rt.kind != "" && !rt.kind.Known():
 			t.Errorf("route %s: kind %q is not a govern kind", rt.pattern, rt.kind)
-		case rt.kind != "" && rt.public:
+		case rt.kind != "" && rt.public && rt.kind != govern.KindPortPreview:
+			// Preview traffic authorizes inside (a key, a preview token, a
+			// public port): its actor is the key's principal, or none.
 			t.Errorf("route %s: a kinded route must authenticate (its actor is the principal)", rt.pattern)
 		}
 	}
@@ -203,6 +205,14 @@ func TestGovernDoorDenies(t *testing.T) {
 	}
 	json.Unmarshal(r.body, &sec)
 
+	// An MCP connector for the mcp.admin routes that need one.
+	mconn := "door-conn-" + uniq()
+	if err := env.st.CreateConnector(ctx, store.MCPConnector{ID: mconn, Kind: store.MCPConnectorBuiltin, Spec: json.RawMessage(`{}`),
+		CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	mspec := `{"id":"door-srv-` + uniq() + `","spec":{"connectors":[{"connector":"` + mconn + `"}]}}`
+
 	pid := "door-deny-" + uniq()
 	pol := govern.Policy{ID: pid, Scope: govern.Scope{Kind: govern.ScopeInstallation}}
 	for _, k := range govern.Kinds() {
@@ -233,6 +243,13 @@ func TestGovernDoorDenies(t *testing.T) {
 		{"POST /v1/sandboxes/{id}/files/presign", govern.KindFileWrite, env.aKey, "POST", sbp + "/files/presign", "application/json", `{"path":"/tmp/x","op":"write"}`, nil},
 		{"POST /v1/sandboxes/{id}/ports/{port}", govern.KindPortPreview, env.aKey, "POST", sbp + "/ports/8080", "application/json", `{"public":true}`, nil},
 		{"POST /v1/sandboxes/{id}/ports/{port}/url", govern.KindPortPreview, env.aKey, "POST", sbp + "/ports/8080/url", "application/json", `{}`, nil},
+		{"DELETE /v1/sandboxes/{id}", govern.KindLifecycle, env.aKey, "DELETE", sbp, "", "", nil},
+		{"POST /v1/sandboxes/{id}/timeout", govern.KindLifecycle, env.aKey, "POST", sbp + "/timeout", "application/json", `{"timeout_seconds":60}`, nil},
+		{"POST /v1/sandboxes/{id}/pause", govern.KindLifecycle, env.aKey, "POST", sbp + "/pause", "", "", nil},
+		{"POST /v1/sandboxes/{id}/resume", govern.KindLifecycle, env.aKey, "POST", sbp + "/resume", "", "", nil},
+		{"POST /v1/sandboxes/{id}/fork", govern.KindLifecycle, env.aKey, "POST", sbp + "/fork", "application/json", `{"count":1}`, nil},
+		{"PUT /v1/sandboxes/{id}/network", govern.KindNetworkChange, env.aKey, "PUT", sbp + "/network", "application/json", `{"mode":"none"}`, nil},
+		{"/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", govern.KindPortPreview, env.aKey, "GET", sbp + "/ports/8080/proxy/x", "", "", nil},
 		{"POST /v1/principals", govern.KindPrincipalChange, admin, "POST", "/v1/principals", "application/json", `{"kind":"agent","name":"door-` + uniq() + `"}`, nil},
 		{"POST /v1/keys", govern.KindKeyChange, admin, "POST", "/v1/keys", "application/json", `{"scopes":["sandboxes:read"]}`, nil},
 		{"DELETE /v1/keys/{id}", govern.KindKeyChange, admin, "DELETE", "/v1/keys/key_doornosuch", "", "", nil},
@@ -240,6 +257,18 @@ func TestGovernDoorDenies(t *testing.T) {
 		{"POST /v1/templates/import", govern.KindTemplateImport, admin, "POST", "/v1/templates/import", "application/json", `{"name":"door-` + uniq() + `:1","image":"alpine:3"}`, nil},
 		{"POST /v1/templates/import", govern.KindTemplateImport, admin, "POST", "/v1/templates/import?name=door-" + uniq() + ":1", "application/x-tar", "not read", nil},
 		{"POST /v1/secrets/{id}/grants", govern.KindSecretUse, admin, "POST", "/v1/secrets/" + sec.ID + "/grants", "application/json", `{"sandbox":"` + sb + `","hosts":["api.example.com"]}`, nil},
+		{"POST /v1/mcp/connectors", govern.KindMCPAdmin, admin, "POST", "/v1/mcp/connectors", "application/json", `{"id":"door-new-` + uniq() + `","kind":"builtin"}`, nil},
+		{"PUT /v1/mcp/connectors/{id}", govern.KindMCPAdmin, admin, "PUT", "/v1/mcp/connectors/" + mconn, "application/json", `{"description":"x","spec":{}}`, nil},
+		{"DELETE /v1/mcp/connectors/{id}", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/connectors/" + mconn, "", "", nil},
+		{"PUT /v1/mcp/connectors/{id}/credentials", govern.KindMCPAdmin, admin, "PUT", "/v1/mcp/connectors/" + mconn + "/credentials", "application/json", `{"secret_id":"` + sec.ID + `"}`, nil},
+		{"DELETE /v1/mcp/connectors/{id}/credentials", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/connectors/" + mconn + "/credentials", "", "", nil},
+		{"POST /v1/mcp/servers", govern.KindMCPAdmin, admin, "POST", "/v1/mcp/servers", "application/json", mspec, nil},
+		{"PUT /v1/mcp/servers/{id}", govern.KindMCPAdmin, admin, "PUT", "/v1/mcp/servers/door-srv", "application/json", `{"spec":{"connectors":[{"connector":"` + mconn + `"}]}}`, nil},
+		{"DELETE /v1/mcp/servers/{id}", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/servers/door-srv", "", "", nil},
+		{"PUT /v1/mcp/servers/{id}/grants/{principal}", govern.KindMCPAdmin, admin, "PUT", "/v1/mcp/servers/door-srv/grants/" + env.aID, "", "", nil},
+		{"DELETE /v1/mcp/servers/{id}/grants/{principal}", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/servers/door-srv/grants/" + env.aID, "", "", nil},
+		{"POST /v1/mcp/tools/{connector}/{tool}/{hash}/approve", govern.KindMCPAdmin, admin, "POST", "/v1/mcp/tools/" + mconn + "/t/h/approve", "", "", nil},
+		{"POST /v1/mcp/tools/{connector}/{tool}/{hash}/reject", govern.KindMCPAdmin, admin, "POST", "/v1/mcp/tools/" + mconn + "/t/h/reject", "", "", nil},
 	}
 
 	// Every kinded route is driven here: each must reach decide.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
@@ -230,8 +229,8 @@ func (s *Server) testPolicy(w http.ResponseWriter, r *http.Request) error {
 
 // auditRange reads the last limit audit events, or those from since to
 // until (now when nil), at most maxTestEvents, in order.
-func (s *Server) auditRange(ctx context.Context, limit int, since, until *time.Time) ([]audit.Event, bool, error) {
-	last, err := s.st.LastAudit(ctx)
+func (s *Server) auditRange(ctx context.Context, limit int, since, until *time.Time) ([]store.AuditEvent, bool, error) {
+	last, err := s.audit.Last(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -253,7 +252,7 @@ func (s *Server) auditRange(ctx context.Context, limit int, since, until *time.T
 		}
 		for hi-lo > 1 {
 			mid := lo + (hi-lo)/2
-			evs, err := s.st.ListAudit(ctx, store.AuditFilter{After: mid - 1, Limit: 1})
+			evs, err := s.audit.List(ctx, store.AuditFilter{After: mid - 1, Limit: 1})
 			if err != nil {
 				return nil, false, err
 			}
@@ -269,9 +268,9 @@ func (s *Server) auditRange(ctx context.Context, limit int, since, until *time.T
 		after = lo
 		limit = maxTestEvents
 	}
-	var out []audit.Event
+	var out []store.AuditEvent
 	for len(out) < limit {
-		page, err := s.st.ListAudit(ctx, store.AuditFilter{After: after, Limit: min(store.MaxPageSize, limit-len(out))})
+		page, err := s.audit.List(ctx, store.AuditFilter{After: after, Limit: min(store.MaxPageSize, limit-len(out))})
 		if err != nil {
 			return nil, false, err
 		}
@@ -296,7 +295,7 @@ func (s *Server) auditRange(ctx context.Context, limit int, since, until *time.T
 	if since == nil {
 		return out, false, nil
 	}
-	more, err := s.st.ListAudit(ctx, store.AuditFilter{After: after, Limit: 1})
+	more, err := s.audit.List(ctx, store.AuditFilter{After: after, Limit: 1})
 	if err != nil {
 		return nil, false, err
 	}

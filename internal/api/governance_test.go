@@ -18,7 +18,7 @@ import (
 // own HTTP server.
 func govServer(t *testing.T) (*govern.Engine, *httptest.Server) {
 	t.Helper()
-	g := govern.New(govern.Config{Store: env.st, Audit: env.audit})
+	g := govern.New(govern.Config{Store: env.st, Audit: env.alog})
 	srv, err := New(Config{Manager: env.mgr, Store: env.st, Auth: env.auth, Audit: env.audit,
 		PresignKey: []byte("test presign key"), Version: "test", Govern: g})
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/connguard"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -171,11 +171,11 @@ func outcome(err error) string {
 	var d *denial
 	switch {
 	case err == nil:
-		return audit.OutcomeSuccess
+		return govern.AuditSuccess
 	case errors.As(err, &d):
-		return audit.OutcomeDenied
+		return govern.AuditDenied
 	default:
-		return audit.OutcomeError
+		return govern.AuditError
 	}
 }
 
@@ -189,10 +189,13 @@ func (s *Server) finishAudit(r *http.Request, err error) {
 		return
 	}
 	oc := outcome(err)
-	if !st.audited && oc != audit.OutcomeDenied {
+	if !st.audited && oc != govern.AuditDenied {
 		return
 	}
-	if st.ident == nil && !strings.HasPrefix(st.action, "file.presigned_") {
+	// A governed decision is audited whoever asked (preview traffic let in
+	// by a preview token or a public port, refused or flagged by a rule):
+	// the engine decided it, and the event names the rule.
+	if governed := len(st.governed) > 0; st.ident == nil && !governed && !strings.HasPrefix(st.action, "file.presigned_") {
 		return
 	}
 	if err != nil {
@@ -214,22 +217,14 @@ func (s *Server) commitAudit(r *http.Request, outcome string) {
 	s.appendAudit(r.Context(), st, outcome)
 }
 
+// appendAudit hands the call's event, with its decided action, to the
+// governed path's audit log, which writes it (failures are logged there).
 func (s *Server) appendAudit(ctx context.Context, st *reqState, oc string) {
 	st.done = true
-	var detail json.RawMessage
-	if len(st.detail) > 0 {
-		b, err := json.Marshal(st.detail)
-		if err == nil {
-			detail = b
-		}
-	}
-	_, err := s.audit.Append(context.WithoutCancel(ctx), audit.Event{
-		RequestID: st.id, PrincipalID: st.principal, Action: st.action,
-		Target: st.target, Outcome: oc, Detail: detail,
+	s.audit.Write(ctx, govern.AuditEvent{
+		RequestID: st.id, Principal: st.principal, Name: st.action,
+		Target: st.target, Outcome: oc, Detail: st.detail, Governed: st.governed,
 	})
-	if err != nil {
-		s.log.Error("append audit event", "request_id", st.id, "action", st.action, "err", err)
-	}
 }
 
 // writeJSON writes v as a JSON response with the given status.

@@ -269,7 +269,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	evs, err := s.st.ListAudit(r.Context(), store.AuditFilter{
+	evs, err := s.audit.List(r.Context(), store.AuditFilter{
 		After: after, Limit: int(limit), Target: q.Get("target"), PrincipalID: q.Get("principal"),
 	})
 	if err != nil {

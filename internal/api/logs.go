@@ -14,7 +14,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/govern"
 )
 
 // logEvent is the LogEvent schema: one chunk of a process's output, or a
@@ -76,7 +76,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	out := startNDJSON(w)
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	var mu sync.Mutex
 	send := func(v any) error {
 		mu.Lock()

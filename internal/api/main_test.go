@@ -22,6 +22,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
@@ -35,7 +36,8 @@ var env struct {
 	hs    *httptest.Server
 	st    store.Store
 	auth  *auth.Authenticator
-	audit *audit.Logger
+	alog  *audit.Logger    // closed at teardown
+	audit *govern.AuditLog // what the server writes and reads through
 	mgr   *sandbox.Manager
 
 	adminKey string
@@ -90,8 +92,11 @@ func setup(dir string) error {
 	if err != nil {
 		return err
 	}
-	env.audit, err = audit.New(ctx, audit.Config{Store: st, Key: key, CheckpointPath: filepath.Join(dir, "audit.checkpoint")})
+	env.alog, err = audit.New(ctx, audit.Config{Store: st, Key: key, CheckpointPath: filepath.Join(dir, "audit.checkpoint")})
 	if err != nil {
+		return err
+	}
+	if env.audit, err = govern.NewAuditLog(env.alog, st, log); err != nil {
 		return err
 	}
 	b, err := testBackend(dir) // native as root, else the fake (fakebackend_test.go)
@@ -168,7 +173,7 @@ func teardown() {
 		}
 	}
 	env.hs.Close()
-	env.audit.Close()
+	env.alog.Close()
 	env.st.Close()
 }
 

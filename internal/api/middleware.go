@@ -33,6 +33,9 @@ type reqState struct {
 	kind    govern.Kind
 	decided bool
 	sb      *store.Sandbox
+	// governed is the decided action the call's audit event records (the
+	// last decision made for it; none without an engine).
+	governed []govern.Decided
 
 	// Audit event of the call, filled in by the adapter and the handler.
 	action  string

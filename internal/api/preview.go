@@ -204,7 +204,7 @@ func (s *Server) routePreviewHosts(next http.Handler) http.Handler {
 	if s.previewDomain == "" {
 		return next
 	}
-	byHost := s.serve(route{pattern: "preview-host", action: "port.proxy", public: true, h: s.proxyByHost})
+	byHost := s.serve(route{pattern: "preview-host", action: "port.proxy", public: true, kind: govern.KindPortPreview, h: s.proxyByHost})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, _, ok, _ := s.previewHost(r.Host); ok {
 			byHost.ServeHTTP(w, r)
@@ -323,6 +323,12 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, t previewTarg
 	if _, err := s.mgr.AgentFor(sb); err != nil {
 		return err // not running: 409
 	}
+	// Each request is a port.preview action (a WebSocket: the request
+	// that opens it), decided before it reaches the program.
+	a := &govern.Action{SandboxID: sb.ID, Sandbox: sandboxInfo(sb), Port: govern.NewPreview(t.port, r.Method, programPath(t.path), how)}
+	if err := s.decide(r, a); err != nil {
+		return err
+	}
 	if how == "token" {
 		tok := r.URL.Query().Get(PreviewTokenParam)
 		exp, _ := strconv.ParseInt(tok[:strings.IndexByte(tok, '.')], 10, 64)
@@ -382,6 +388,14 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, t previewTarg
 		return nil
 	}
 	return previewError(perr, t)
+}
+
+// programPath is the path the program sees, unescaped where it can be.
+func programPath(raw string) string {
+	if p, err := url.PathUnescape(raw); err == nil {
+		return p
+	}
+	return raw
 }
 
 // previewError classifies a failure to reach the program.

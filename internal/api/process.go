@@ -17,7 +17,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
 )
 
@@ -361,7 +360,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	}
 	st.detail["pid"] = pid
 	out := startNDJSON(w)
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	if err := out.send(startEvent{Type: "start", PID: pid}); err != nil {
 		return nil // the client left; the process keeps running
 	}
@@ -488,7 +487,7 @@ func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := startNDJSON(w)
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	if err := out.send(startEvent{Type: "start", PID: got}); err != nil {
 		return nil
 	}

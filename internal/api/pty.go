@@ -16,7 +16,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentclient"
 	processpb "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
 )
 
@@ -142,7 +141,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 		agent.Signal(ctx, pid, syscall.SIGKILL)
 		return fmt.Errorf("accept websocket: %w", err)
 	}
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	conn.SetReadLimit(ptyMaxFrame)
 	s.runPTY(ctx, conn, agent, pid, ps)
 	return nil

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -292,6 +293,9 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.decide(r, &govern.Action{Lifecycle: govern.NewLifecycle(govern.OpKill, 0, 0, false)}); err != nil {
+		return err
+	}
 	if err := s.mgr.Kill(r.Context(), sb.ID, "killed"); err != nil {
 		return err
 	}
@@ -314,6 +318,9 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	stateOf(r).detail["timeout_seconds"] = *q.TimeoutSeconds
+	if err := s.decide(r, &govern.Action{Lifecycle: govern.NewLifecycle(govern.OpTimeout, *q.TimeoutSeconds, 0, false)}); err != nil {
+		return err
+	}
 	sb, err = s.mgr.SetTimeout(r.Context(), sb.ID, time.Duration(*q.TimeoutSeconds)*time.Second)
 	if err != nil {
 		return err
@@ -324,6 +331,9 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandboxFor(r, r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	if err := s.decide(r, &govern.Action{Lifecycle: govern.NewLifecycle(govern.OpPause, 0, 0, false)}); err != nil {
 		return err
 	}
 	sb, err = s.mgr.Pause(r.Context(), sb.ID)
@@ -359,6 +369,9 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if q.Name != "" {
 		st.detail["name"] = q.Name
 	}
+	if err := s.decide(r, &govern.Action{Lifecycle: govern.NewLifecycle(govern.OpFork, wire(q.TimeoutSeconds), int64(n), false)}); err != nil {
+		return err
+	}
 	forks, err := s.mgr.Fork(r.Context(), src.ID, sandbox.ForkRequest{Owner: st.principal, N: n,
 		Timeout: time.Duration(wire(q.TimeoutSeconds)) * time.Second, Metadata: q.Metadata, Name: q.Name})
 	if err != nil {
@@ -377,6 +390,9 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandboxFor(r, r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	if err := s.decide(r, &govern.Action{Lifecycle: govern.NewLifecycle(govern.OpResume, 0, 0, false)}); err != nil {
 		return err
 	}
 	sb, err = s.mgr.Resume(r.Context(), sb.ID)
@@ -410,6 +426,20 @@ func networkPolicy(sb store.Sandbox) network.Policy {
 	return p
 }
 
+// networkAttrs describes a network policy for the governed path
+// (network.change): the normalised policy's mode and allow rules' hosts or
+// CIDRs, as the E2B door describes its network changes.
+func networkAttrs(p network.Policy) *govern.Network {
+	if n, err := p.Normalized(); err == nil {
+		p = n // an invalid policy is described as sent; the manager refuses it
+	}
+	allow := make([]string, 0, len(p.Allow))
+	for _, rule := range p.Allow {
+		allow = append(allow, cmp.Or(rule.Host, rule.CIDR))
+	}
+	return govern.NewNetwork(string(p.Mode), allow)
+}
+
 // getNetwork answers a sandbox's network policy and traffic counters.
 func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandboxFor(r, r.PathValue("id"))
@@ -432,6 +462,9 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
 	st := stateOf(r)
 	st.detail["mode"] = string(p.Mode)
 	st.detail["rules"] = len(p.Allow)
+	if err := s.decide(r, &govern.Action{Network: networkAttrs(p)}); err != nil {
+		return err
+	}
 	if sb, err = s.mgr.SetNetwork(r.Context(), sb.ID, p); err != nil {
 		return err
 	}

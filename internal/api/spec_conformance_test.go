@@ -827,6 +827,14 @@ func TestSpecSDKTypes(t *testing.T) {
 		{"PolicyTestResult", warden.PolicyTestResult{}, nil},
 		{"PolicyTestEvent", warden.PolicyTestEvent{}, nil},
 		{"Approval", warden.Approval{}, nil},
+		{"MCPConnector", warden.MCPConnector{}, nil},
+		{"MCPConnectorWrite", warden.MCPConnectorWrite{}, nil},
+		{"MCPServer", warden.MCPServer{}, nil},
+		{"MCPServerWrite", warden.MCPServerWrite{}, nil},
+		{"MCPGrant", warden.MCPGrant{}, nil},
+		{"MCPTool", warden.MCPTool{}, nil},
+		{"MCPCredential", warden.MCPCredential{}, nil},
+		{"MCPCredentialWrite", warden.MCPCredentialWrite{}, nil},
 	} {
 		s := obj(schemas[c.schema])
 		if s == nil {

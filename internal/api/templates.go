@@ -17,7 +17,6 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/agent/files"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
@@ -340,7 +339,7 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) error {
 	}
 	in.Manifest = nil
 	st.detail["id"] = id
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	return out.send(templateEvent{Type: "result", Template: &in})
 }
 
@@ -465,7 +464,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		st.detail["old_id"] = res.OldID
 	}
 	st.detail["cache_hits"] = fmt.Sprint(res.CacheHits)
-	s.commitAudit(r, audit.OutcomeSuccess)
+	s.commitAudit(r, govern.AuditSuccess)
 	return out.send(templateEvent{Type: "result", Build: &res})
 }
 

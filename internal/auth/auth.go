@@ -41,7 +41,7 @@ var (
 
 // ErrHumanOnlyScope refuses a key for an agent principal that would carry
 // a human-only scope (Scope.HumanOnly).
-var ErrHumanOnlyScope = errkind.New(errkind.Forbidden, "policies:write and approvals:decide are never granted to an agent's key")
+var ErrHumanOnlyScope = errkind.New(errkind.Forbidden, "policies:write, approvals:decide and mcp:admin are never granted to an agent's key")
 
 // Identity is an authenticated caller: the principal and the key it used.
 type Identity struct {

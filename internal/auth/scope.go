@@ -37,19 +37,26 @@ const (
 	ScopePoliciesRead    Scope = "policies:read"
 	ScopePoliciesWrite   Scope = "policies:write"
 	ScopeApprovalsDecide Scope = "approvals:decide"
-	ScopeAdmin           Scope = "admin"
+	// The MCP gateway (internal/mcpgw): ScopeMCPAdmin registers
+	// connectors, defines virtual servers, grants them and approves tool
+	// definitions (human-only); ScopeMCPUse calls the virtual servers
+	// granted to the key's principal and binds its own credentials.
+	ScopeMCPAdmin Scope = "mcp:admin"
+	ScopeMCPUse   Scope = "mcp:use"
+	ScopeAdmin    Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
 	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead,
-	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeAdmin,
+	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeAdmin,
 }
 
 // HumanOnly reports whether s may never be held by an agent principal:
-// an agent must not write the rules that govern it nor approve actions.
+// an agent must not write the rules that govern it nor approve actions,
+// nor grant itself MCP servers or approve their tools.
 func (s Scope) HumanOnly() bool {
-	return s == ScopePoliciesWrite || s == ScopeApprovalsDecide
+	return s == ScopePoliciesWrite || s == ScopeApprovalsDecide || s == ScopeMCPAdmin
 }
 
 // AllScopes returns every defined scope, in documentation order.

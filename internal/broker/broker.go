@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/secrets"
 )
 
@@ -53,6 +54,11 @@ type UseEvent struct {
 	Host      string
 	Method    string
 	Path      string // without the query
+	// Grantee is whom the grant is to: "sandbox:ID" or "principal:ID".
+	Grantee string
+	// Govern is the governed path's record of the decision that let the
+	// use through, when Config.Govern set one (a rule decided it).
+	Govern *govern.AuditRecord
 }
 
 // MismatchEvent reports a request on a brokered connection that got no
@@ -81,6 +87,13 @@ type Config struct {
 	// synchronously on the connection's goroutine.
 	OnUse      func(UseEvent)
 	OnMismatch func(MismatchEvent)
+	// Govern, if set, decides each substitution before it is made: a
+	// secret.use action through the governed path (SecretUseGovernor). An
+	// error refuses the request: the broker answers it 403 with the error's
+	// text, sends nothing of it upstream and closes the connection. It may
+	// set the event's Govern record, which OnUse then receives. It runs on
+	// the connection's goroutine and must not wait for an approval.
+	Govern func(ctx context.Context, u *UseEvent) error
 	// StateDir keeps each sandbox's CA (certificate and key, mode 0600)
 	// across daemon restarts; "" keeps them in memory only.
 	StateDir string
@@ -446,7 +459,7 @@ func (c *conn) serve() error {
 }
 
 func (c *conn) writeError(code int, msg string) {
-	status := map[int]string{400: "Bad Request", 405: "Method Not Allowed", 502: "Bad Gateway"}[code]
+	status := map[int]string{400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 502: "Bad Gateway"}[code]
 	body := "warden broker: " + msg + "\n"
 	fmt.Fprintf(c.cw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		code, status, len(body), body)
@@ -489,17 +502,25 @@ func (c *conn) eligible(req *request) string {
 	return ""
 }
 
+// grantee is whom a grant is to, as the governed path names it.
+func grantee(g secrets.Grant) string {
+	if g.Sandbox != "" {
+		return "sandbox:" + g.Sandbox
+	}
+	return "principal:" + g.Principal
+}
+
 // prepare returns the request head to send upstream, with placeholders
 // substituted where a grant allows, and the use events to report once it
-// is sent.
-func (c *conn) prepare(req *request) ([]byte, []UseEvent) {
+// is sent; an error is a use the governed path refused (nothing is sent).
+func (c *conn) prepare(req *request) ([]byte, []UseEvent, error) {
 	creds := c.b.cfg.Credentials
 	path := requestPath(req.target)
 	if why := c.eligible(req); why != "" {
 		if c.b.cfg.OnMismatch != nil {
 			c.b.cfg.OnMismatch(MismatchEvent{SandboxID: c.sandboxID, SNI: c.sni, Host: req.host, Method: req.method, Path: path, Reason: why})
 		}
-		return req.head.bytes(), nil
+		return req.head.bytes(), nil, nil
 	}
 	var uses []UseEvent
 	for _, g := range creds.GrantsFor(c.sandboxID, c.principalID) {
@@ -526,13 +547,19 @@ func (c *conn) prepare(req *request) ([]byte, []UseEvent) {
 			}
 			continue
 		}
+		u := UseEvent{SandboxID: c.sandboxID, GrantID: g.ID, SecretID: g.SecretID, Version: ver,
+			Host: c.sni, Method: req.method, Path: path, Grantee: grantee(g)}
+		if c.b.cfg.Govern != nil {
+			if err := c.b.cfg.Govern(c.ctx, &u); err != nil {
+				return nil, nil, err
+			}
+		}
 		for _, l := range lines {
 			l.value = strings.ReplaceAll(l.value, g.Placeholder, string(val))
 			l.modified = true
 		}
 		c.used[string(val)] = g.Placeholder
-		uses = append(uses, UseEvent{SandboxID: c.sandboxID, GrantID: g.ID, SecretID: g.SecretID, Version: ver,
-			Host: c.sni, Method: req.method, Path: path})
+		uses = append(uses, u)
 	}
 	if len(uses) > 0 {
 		// A compressed response would hide an echoed secret from the
@@ -540,7 +567,7 @@ func (c *conn) prepare(req *request) ([]byte, []UseEvent) {
 		req.head.drop("Accept-Encoding")
 		req.head.add("Accept-Encoding", "identity")
 	}
-	return req.head.bytes(), uses
+	return req.head.bytes(), uses, nil
 }
 
 // validHeaderValue refuses what would break out of a header line (the
@@ -597,7 +624,11 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 		c.writeError(405, "CONNECT is not relayed")
 		return false, nil
 	}
-	head, uses := c.prepare(req)
+	head, uses, err := c.prepare(req)
+	if err != nil {
+		c.writeError(403, err.Error())
+		return false, nil
+	}
 	if c.up == nil {
 		if err := c.dialUpstream(); err != nil {
 			c.writeError(502, "upstream connection failed")

@@ -357,7 +357,8 @@ func TestSubstituteAndScrub(t *testing.T) {
 	if len(uses) != 1 || len(mism) != 0 {
 		t.Fatalf("events: %+v %+v", uses, mism)
 	}
-	want := UseEvent{SandboxID: "sb-1", GrantID: g.ID, SecretID: sec.ID, Version: 1, Host: apiHost, Method: "POST", Path: "/v1/chat"}
+	want := UseEvent{SandboxID: "sb-1", GrantID: g.ID, SecretID: sec.ID, Version: 1, Host: apiHost, Method: "POST", Path: "/v1/chat",
+		Grantee: "sandbox:sb-1"}
 	if uses[0] != want {
 		t.Fatalf("use event %+v, want %+v", uses[0], want)
 	}

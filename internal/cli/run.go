@@ -27,9 +27,9 @@ func runCmd() *command {
 		name:  "run",
 		args:  "ID [CODE | -]",
 		short: "Run code in a sandbox's code interpreter",
-		long: "Run a cell of Python, JavaScript, TypeScript or bash in a stateful interpreter context\n" +
-			"of the sandbox: variables, imports and definitions stay for the next run in the same\n" +
-			"context. The code is CODE, the file given with -f, or stdin with \"-\" (or when neither\n" +
+		long: "Run a cell of Python, JavaScript, TypeScript, bash, R or Java in a stateful interpreter\n" +
+			"context of the sandbox: variables, imports and definitions stay for the next run in the\n" +
+			"same context. The code is CODE, the file given with -f, or stdin with \"-\" (or when neither\n" +
 			"is given). Without --context the default context of --lang runs it.\n" +
 			"\n" +
 			"stdout and stderr are streamed as they are written; the value of the last expression\n" +
@@ -50,7 +50,7 @@ func runCmd() *command {
 		json: true,
 	}
 	c.flags = func(fs *flagSet) {
-		fs.String(&o.lang, "lang", "LANG", "python, javascript, typescript or bash (default: python)", "l")
+		fs.String(&o.lang, "lang", "LANG", "python, javascript, typescript, bash, r or java (default: python)", "l")
 		fs.String(&o.context, "context", "CTX", "context ID from 'warden contexts create' (excludes --lang)")
 		fs.String(&o.file, "file", "FILE", "read the code from FILE", "f")
 		fs.String(&o.user, "user", "U", "user of the default context (default: the sandbox's)")
@@ -159,6 +159,10 @@ func langOfFile(name string) string {
 		return warden.LangTypeScript
 	case ".sh", ".bash":
 		return warden.LangBash
+	case ".r":
+		return warden.LangR
+	case ".java", ".jsh":
+		return warden.LangJava
 	}
 	return ""
 }
@@ -206,7 +210,7 @@ func contextsCreateCmd() *command {
 	var req warden.CreateCodeContextRequest
 	c := &command{name: "create", args: "ID", short: "Create a context", long: "Start a new interpreter context and print its ID.", json: true}
 	c.flags = func(fs *flagSet) {
-		fs.String(&req.Language, "lang", "LANG", "python, javascript, typescript or bash (default: python)", "l")
+		fs.String(&req.Language, "lang", "LANG", "python, javascript, typescript, bash, r or java (default: python)", "l")
 		fs.String(&req.Cwd, "cwd", "DIR", "working directory (default: the user's home)", "D")
 		fs.String(&req.User, "user", "U", "user the interpreter runs as (default: the sandbox's)")
 	}

@@ -60,6 +60,8 @@ type Config struct {
 	Registries RegistriesConfig `yaml:"registries"`
 	// Images bounds what one image import may download and write.
 	Images ImagesConfig `yaml:"images"`
+	// MCP configures the MCP gateway's reach (docs/mcp.md).
+	MCP MCPConfig `yaml:"mcp"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.
@@ -194,6 +196,20 @@ type GVisorConfig struct {
 	// larger blast radius if the sentry falls (see the gvisor backend's
 	// package documentation).
 	DirectFS bool `yaml:"directfs"`
+}
+
+// MCPConfig configures the MCP gateway (docs/mcp.md).
+type MCPConfig struct {
+	// AllowHosts are the administrator's exceptions to the refusals of the
+	// dialer remote connectors use (loopback, link-local and metadata,
+	// private, the host's own addresses): "host", "host:port" or a CIDR.
+	AllowHosts []string `yaml:"allow_hosts"`
+	// AllowHTTP lets remote connectors use plain http:// URLs (default:
+	// https only).
+	AllowHTTP bool `yaml:"allow_http"`
+	// AllowedOrigins are browser origins (scheme://host[:port]) that may
+	// call /mcp/v/{server} besides wardend's own.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 type NetworkConfig struct {

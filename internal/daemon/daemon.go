@@ -33,6 +33,8 @@ import (
 	"github.com/warden-sandbox/warden/internal/connguard"
 	"github.com/warden-sandbox/warden/internal/e2b"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/mcpgw"
+	"github.com/warden-sandbox/warden/internal/mcpgw/hosted"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/safefile"
 	"github.com/warden-sandbox/warden/internal/sandbox"
@@ -61,6 +63,7 @@ type daemon struct {
 
 	st         store.Store
 	alog       *audit.Logger
+	audits     *govern.AuditLog // the doors' audit writer and reader, over alog
 	authn      *auth.Authenticator
 	presignKey []byte
 
@@ -73,6 +76,9 @@ type daemon struct {
 	mgr      *sandbox.Manager
 	srv      *api.Server
 	gov      *govern.Engine
+	egress   *egressActors  // the actors of sandboxes' egress, for the governed path
+	mcp      *mcpgw.Gateway // the MCP gateway (mcp.go)
+	hosted   *hosted.Runner // its hosted connectors
 }
 
 // Run runs wardend until ctx ends. ready, if not nil, is called with the
@@ -116,6 +122,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err := d.buildAPI(); err != nil {
 		return err
 	}
+	if err := d.buildMCP(); err != nil {
+		return err
+	}
+	defer d.stopMCP()
 	attached, lost, err := d.mgr.Recover(ctx)
 	if err != nil {
 		return err
@@ -150,6 +160,10 @@ func (d *daemon) openKeys(ctx context.Context) error {
 	if d.alog, err = audit.New(ctx, audit.Config{Store: d.st, Key: auditKey, CheckpointPath: filepath.Join(cfg.StateDir, CheckpointFile)}); err != nil {
 		return err
 	}
+	if d.audits, err = govern.NewAuditLog(d.alog, d.st, log); err != nil {
+		d.alog.Close()
+		return err
+	}
 	if d.presignKey, err = loadOrCreateSecret(filepath.Join(cfg.StateDir, PresignKeyFile)); err != nil {
 		d.alog.Close()
 		return err
@@ -175,10 +189,18 @@ func (d *daemon) buildManager() error {
 		return fmt.Errorf("open secret store: %w", err)
 	}
 	alog := d.alog
+	// The egress path's actions (flows, secret uses) go through the
+	// governed path (egress_govern.go).
+	flowGov, useGov := d.egressGovernance()
 	d.broker, err = broker.New(broker.Config{Credentials: d.vault, StateDir: filepath.Join(cfg.StateDir, "broker-ca"),
+		Govern: useGov,
 		OnUse: func(u broker.UseEvent) {
-			detail, _ := json.Marshal(map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
-				"host": u.Host, "method": u.Method, "path": u.Path})
+			fields := map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
+				"host": u.Host, "method": u.Method, "path": u.Path}
+			if u.Govern != nil {
+				fields[govern.AuditKey] = u.Govern
+			}
+			detail, _ := json.Marshal(fields)
 			if _, err := alog.Append(context.Background(), audit.Event{PrincipalID: "system", Action: "secret.use",
 				Target: u.SandboxID, Outcome: audit.OutcomeSuccess, Detail: detail}); err != nil {
 				log.Error("append audit event", "action", "secret.use", "err", err)
@@ -197,6 +219,7 @@ func (d *daemon) buildManager() error {
 		ncfg := network.Config{DNSUpstream: cfg.Network.DNSUpstream,
 			TLSIntercept: d.hooks.intercept,
 			TLSHandoff:   d.hooks.handoff,
+			Govern:       flowGov,
 			OnDeny:       func(sb, target, reason string) { auditNetwork(alog, log, "network.deny", sb, target, reason) },
 			OnQuery: func(sb, name, qtype, decision string) {
 				log.Debug("sandbox dns query", "sandbox", sb, "name", name, "type", qtype, "decision", decision)
@@ -237,6 +260,7 @@ func (d *daemon) sandboxEnded(sb store.Sandbox) {
 	d.srv.SandboxEnded(sb)
 	d.broker.Forget(sb.ID)
 	d.vault.PurgeSandbox(sb.ID)
+	d.egress.forget(sb.ID)
 }
 
 // afterStart is the manager's AfterStart: a new sandbox gets its
@@ -282,7 +306,7 @@ func (d *daemon) buildAPI() error {
 		d.log.Warn("no backend here can capture a writable layer: template builds are unavailable")
 	}
 	d.srv, err = api.New(api.Config{
-		Manager: d.mgr, Store: d.st, Auth: d.authn, Audit: d.alog, Logger: d.log,
+		Manager: d.mgr, Store: d.st, Auth: d.authn, Audit: d.audits, Logger: d.log,
 		PresignKey: d.presignKey, PublicURL: publicURL, Version: version.Version,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
 		Templates: d.tmpl, Builder: builder, Images: images,
@@ -290,6 +314,7 @@ func (d *daemon) buildAPI() error {
 		Secrets: d.vault, SecretHooks: d.hooks,
 		PreviewDomain: cfg.PreviewDomain,
 		Govern:        d.gov,
+		MCP:           mcpHooks{d},
 	})
 	if err != nil {
 		return err
@@ -310,7 +335,7 @@ func (d *daemon) buildAPI() error {
 
 // serve runs the listeners until ctx ends or one fails, then shuts down.
 func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket string)) error {
-	cfg, log, mgr, srv, alog, authn := d.cfg, d.log, d.mgr, d.srv, d.alog, d.authn
+	cfg, log, mgr, srv, authn := d.cfg, d.log, d.mgr, d.srv, d.authn
 	var err error
 	// Connection caps shared by the TCP listeners, and the minimum rate of
 	// request bodies on every listener (see internal/connguard).
@@ -325,7 +350,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 			return err
 		}
 	}
-	hs := &http.Server{Handler: bodies.Handler(srv.Handler()), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: bodies.Handler(d.withMCP(srv.Handler())), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
 	var tcpAddr net.Addr
@@ -358,7 +383,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 		tokenKey, err := loadOrCreateSecret(filepath.Join(cfg.StateDir, E2BKeyFile))
 		if err == nil {
 			var es *e2b.Server
-			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: authn, Audit: alog, Logger: log.With("api", "e2b"),
+			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: authn, Audit: d.audits, Logger: log.With("api", "e2b"),
 				TokenKey: tokenKey, Domain: cfg.E2BDomain, Govern: d.gov})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
@@ -409,6 +434,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go mgr.Run(rctx)
+	d.startMCP(rctx)
 	mgr.StartPool(rctx)
 	d.backends.watch(rctx, mgr)
 

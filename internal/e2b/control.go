@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/govern"
@@ -32,6 +31,8 @@ type call struct {
 	ident  auth.Identity
 	target string
 	detail map[string]any
+	// governed is the decided action the call's audit event records.
+	governed []govern.Decided
 }
 
 type handlerFunc func(w http.ResponseWriter, c *call) error
@@ -58,6 +59,7 @@ func (s *Server) routes() *http.ServeMux {
 		{"POST /v2/sandboxes/{id}/connect", "e2b.sandbox.connect", auth.ScopeSandboxesCreate, s.connect},
 		{"GET /sandboxes/{id}/metrics", "e2b.sandbox.metrics", auth.ScopeSandboxesRead, s.metrics},
 		{"POST /sandboxes/{id}/fork", "e2b.sandbox.fork", auth.ScopeSandboxesCreate, s.fork},
+		{"PUT /sandboxes/{id}/network", "e2b.network.update", auth.ScopeSandboxesCreate, s.setNetwork},
 	} {
 		mux.Handle(r.pattern, s.serve(r.action, r.scope, r.h))
 	}
@@ -99,20 +101,20 @@ func (s *Server) serve(action string, scope auth.Scope, h handlerFunc) http.Hand
 		} else {
 			err = h(w, c)
 		}
-		outcome := audit.OutcomeSuccess
+		outcome := govern.AuditSuccess
 		if err != nil {
 			ae := toAPIError(err)
 			if ae.status >= 500 {
 				s.log.Error("e2b request failed", "request_id", c.reqID, "path", r.URL.Path, "err", err)
 			}
 			writeError(w, ae)
-			outcome = audit.OutcomeError
+			outcome = govern.AuditError
 			if ae.denied {
-				outcome = audit.OutcomeDenied
+				outcome = govern.AuditDenied
 			}
 			c.detail["status"] = ae.status
 		}
-		s.appendAudit(r.Context(), c.reqID, ident.Principal.ID, action, c.target, outcome, c.detail)
+		s.appendAudit(r.Context(), c.reqID, ident.Principal.ID, action, c.target, outcome, c.detail, c.governed)
 	})
 }
 
@@ -305,9 +307,9 @@ type newSandboxRequest struct {
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 	AutoPause  *bool             `json:"autoPause"`
-	// AutoPauseMemory false asks for a pause that drops memory; Warden's
-	// native pause keeps it (the cgroup freezer), which is what E2B's
-	// default (true) asks for.
+	// AutoPauseMemory false makes the pause at the timeout keep only the
+	// files (sandbox.Manager.PauseCold): resumed, the sandbox boots again.
+	// E2B's default (true) keeps the memory.
 	AutoPauseMemory *bool `json:"autoPauseMemory"`
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
@@ -378,9 +380,17 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 	if autoResume && !autoPause {
 		return errf(http.StatusBadRequest, "autoResume needs autoPause")
 	}
+	autoPauseCold := autoPause && q.AutoPauseMemory != nil && !*q.AutoPauseMemory
+	if autoPauseCold && autoResume {
+		// As E2B: a filesystem-only pause is resumed only when asked.
+		return errf(http.StatusBadRequest, "autoResume cannot go with autoPauseMemory false: a sandbox paused without its memory is resumed only by connect or resume")
+	}
 	if autoPause {
 		c.detail["auto_pause"] = true
 		c.detail["auto_resume"] = autoResume
+		if autoPauseCold {
+			c.detail["auto_pause_memory"] = false
+		}
 	}
 	tmpl := templateFor(*q.TemplateID)
 	c.detail["template"] = tmpl
@@ -408,7 +418,7 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 	}
 	sb, err := s.cfg.Manager.Create(c.r.Context(), sandbox.CreateRequest{
 		Owner: c.ident.Principal.ID, Template: tmpl, Env: q.EnvVars, Metadata: q.Metadata, Timeout: timeout,
-		AutoPause: autoPause, AutoResume: autoResume, Network: netp, EnvdKey: c.ident.Key.ID,
+		AutoPause: autoPause, AutoResume: autoResume, AutoPauseCold: autoPauseCold, Network: netp, EnvdKey: c.ident.Key.ID,
 	})
 	if err != nil {
 		return err
@@ -446,7 +456,11 @@ func (s *Server) get(w http.ResponseWriter, c *call) error {
 
 func (s *Server) kill(w http.ResponseWriter, c *call) error {
 	id := c.r.PathValue("id")
-	if _, err := s.sandboxFor(c, id); err != nil {
+	sb, err := s.sandboxFor(c, id)
+	if err != nil {
+		return err
+	}
+	if err := s.governLifecycle(c, sb, govern.NewLifecycle(govern.OpKill, 0, 0, false)); err != nil {
 		return err
 	}
 	if err := s.cfg.Manager.Kill(c.r.Context(), id, "killed (e2b api)"); err != nil {
@@ -467,10 +481,14 @@ func (s *Server) setTimeout(w http.ResponseWriter, c *call) error {
 		return errf(http.StatusBadRequest, "timeout is required")
 	}
 	id := c.r.PathValue("id")
-	if _, err := s.sandboxFor(c, id); err != nil {
+	sb, err := s.sandboxFor(c, id)
+	if err != nil {
 		return err
 	}
 	c.detail["timeout_seconds"] = *q.Timeout
+	if err := s.governLifecycle(c, sb, govern.NewLifecycle(govern.OpTimeout, *q.Timeout, 0, false)); err != nil {
+		return err
+	}
 	if _, err := s.cfg.Manager.SetTimeout(c.r.Context(), id, time.Duration(*q.Timeout)*time.Second); err != nil {
 		return err
 	}
@@ -499,6 +517,9 @@ func (s *Server) pause(w http.ResponseWriter, c *call) error {
 	if q.Memory != nil && !*q.Memory {
 		pause, what = s.cfg.Manager.PauseCold, "pause sandboxes without their memory"
 	}
+	if err := s.governLifecycle(c, sb, govern.NewLifecycle(govern.OpPause, 0, 0, q.Memory != nil && !*q.Memory)); err != nil {
+		return err
+	}
 	if _, err := pause(c.r.Context(), id); err != nil {
 		if errors.Is(err, backend.ErrUnsupported) {
 			return &apiError{status: http.StatusNotImplemented, message: "this Warden backend cannot " + what, cause: err}
@@ -522,8 +543,12 @@ func (s *Server) connect(w http.ResponseWriter, c *call) error {
 }
 
 func (s *Server) wake(w http.ResponseWriter, c *call, isConnect bool) error {
+	// {"memory": false} (the SDK's connect with onResume 'reboot') boots a
+	// paused sandbox again on its files, whatever its pause kept
+	// (ResumeCold); a no-op for a running one.
 	var q struct {
 		Timeout *int64 `json:"timeout"`
+		Memory  *bool  `json:"memory"`
 	}
 	if err := decode(c.r, &q); err != nil {
 		return err
@@ -539,12 +564,31 @@ func (s *Server) wake(w http.ResponseWriter, c *call, isConnect bool) error {
 	if err != nil {
 		return err
 	}
+	// Resuming a paused sandbox is resume; connecting to a running one
+	// (its tokens, maybe a longer timeout) is connect.
+	op := govern.OpResume
+	if isConnect && sandbox.State(sb.State) == sandbox.StateRunning {
+		op = govern.OpConnect
+	}
+	var timeoutSeconds int64
+	if q.Timeout != nil {
+		timeoutSeconds = *q.Timeout
+	}
+	cold := q.Memory != nil && !*q.Memory
+	if err := s.governLifecycle(c, sb, govern.NewLifecycle(op, timeoutSeconds, 0, cold)); err != nil {
+		return err
+	}
 	status := http.StatusOK
 	switch sandbox.State(sb.State) {
 	case sandbox.StatePaused:
-		if sb, err = s.cfg.Manager.Resume(c.r.Context(), id); err != nil {
+		resume, what := s.cfg.Manager.Resume, "resume sandboxes"
+		if cold {
+			resume, what = s.cfg.Manager.ResumeCold, "resume sandboxes without their memory (a cold boot)"
+			c.detail["memory"] = false
+		}
+		if sb, err = resume(c.r.Context(), id); err != nil {
 			if errors.Is(err, backend.ErrUnsupported) {
-				return &apiError{status: http.StatusNotImplemented, message: "this Warden backend cannot resume sandboxes", cause: err}
+				return &apiError{status: http.StatusNotImplemented, message: "this Warden backend cannot " + what, cause: err}
 			}
 			return err
 		}

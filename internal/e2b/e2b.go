@@ -37,7 +37,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
@@ -60,8 +59,10 @@ const (
 type Config struct {
 	Manager *sandbox.Manager
 	Auth    *auth.Authenticator
-	Audit   *audit.Logger
-	Logger  *slog.Logger
+	// Audit writes each call's audit event (the governed path's last
+	// step; govern.NewAuditLog over the audit logger).
+	Audit  *govern.AuditLog
+	Logger *slog.Logger
 	// TokenKey derives the per-sandbox envd access tokens (at least 16 bytes).
 	TokenKey []byte
 	// Domain is returned as "domain" in create/connect responses (feeds
@@ -186,18 +187,12 @@ func newRequestID() string {
 	return "req-" + hex.EncodeToString(b)
 }
 
-// appendAudit appends one audit event; failures are logged.
-func (s *Server) appendAudit(ctx context.Context, reqID, principal, action, target, outcome string, detail map[string]any) {
-	var raw json.RawMessage
-	if len(detail) > 0 {
-		if b, err := json.Marshal(detail); err == nil {
-			raw = b
-		}
-	}
-	_, err := s.cfg.Audit.Append(context.WithoutCancel(ctx), audit.Event{
-		RequestID: reqID, PrincipalID: principal, Action: action, Target: target, Outcome: outcome, Detail: raw,
+// appendAudit hands one call's audit event, with the actions decided for
+// it (the decisive one first), to the governed path's audit log, which
+// writes it with their records; failures are logged there.
+func (s *Server) appendAudit(ctx context.Context, reqID, principal, action, target, outcome string, detail map[string]any, governed []govern.Decided) {
+	s.cfg.Audit.Write(ctx, govern.AuditEvent{
+		RequestID: reqID, Principal: principal, Name: action, Target: target, Outcome: outcome,
+		Detail: detail, Governed: governed,
 	})
-	if err != nil {
-		s.log.Error("append audit event", "request_id", reqID, "action", action, "err", err)
-	}
 }

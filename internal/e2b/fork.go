@@ -56,10 +56,13 @@ func (s *Server) fork(w http.ResponseWriter, c *call) error {
 	if sandbox.State(src.State) != sandbox.StateRunning {
 		return errf(http.StatusConflict, "sandbox %q is %s: only a running sandbox can be forked", id, src.State)
 	}
-	// A fork is new sandboxes: sandbox.create of the source's template.
-	fa := &govern.Action{Kind: govern.KindSandboxCreate, SandboxID: src.ID, Sandbox: sandboxInfo(src),
-		Create: &govern.SandboxCreate{Template: src.Template, Limits: govern.Limits{TimeoutSeconds: int64(timeout / time.Second)}}}
-	if err := s.governCall(c, fa); err != nil {
+	// A fork is sandbox.lifecycle op fork, as through Warden's own API
+	// (the source's template is sandbox.template).
+	var timeoutSeconds int64
+	if q.Timeout != nil {
+		timeoutSeconds = *q.Timeout
+	}
+	if err := s.governLifecycle(c, src, govern.NewLifecycle(govern.OpFork, timeoutSeconds, int64(n), false)); err != nil {
 		return err
 	}
 	forks, err := s.cfg.Manager.Fork(c.r.Context(), src.ID, sandbox.ForkRequest{Owner: c.ident.Principal.ID, N: n, Timeout: timeout})

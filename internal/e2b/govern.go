@@ -26,7 +26,6 @@ import (
 	"github.com/warden-sandbox/warden/internal/agentpb/filesystem/filesystempbconnect"
 	process "github.com/warden-sandbox/warden/internal/agentpb/process"
 	"github.com/warden-sandbox/warden/internal/agentpb/process/processpbconnect"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/govern"
@@ -40,8 +39,9 @@ import (
 // control-plane calls in their handlers, sandbox traffic in the proxy,
 // which decodes the request (Connect envelopes of process.Process/Start
 // and filesystem.Filesystem/*, /files, /execute, /contexts) and forwards
-// the very bytes it decoded. The decision is recorded in the action's
-// audit event under govern.AuditKey.
+// the very bytes it decoded. The action and its decision go with the
+// call's audit event to the governed path's audit log (govern.AuditLog),
+// which records them under govern.AuditKey.
 
 // maxGovernedBody bounds a request body the proxy reads to describe an
 // action (a Connect message, an /execute or /contexts body). A larger one
@@ -93,21 +93,22 @@ func sandboxInfo(sb store.Sandbox) *govern.SandboxInfo {
 	return &govern.SandboxInfo{ID: sb.ID, Name: sb.Name, Template: sb.Template, Owner: sb.Owner, Metadata: sb.Metadata}
 }
 
-// decide runs a through the engine as an E2B action and records the
-// decision in detail. It returns nil when the action may go on, else the
-// engine's refusal (govern.ErrDenied, ErrApprovalRequired, ...) or a
-// stage's error. Without an engine every action goes on undecided.
-func (s *Server) decide(ctx context.Context, a *govern.Action, detail map[string]any) error {
+// decide runs a through the engine as an E2B action and returns it with
+// the decision, for the call's audit event. The error is nil when the
+// action may go on, else the engine's refusal (govern.ErrDenied,
+// ErrApprovalRequired, ...) or a stage's error. Without an engine every
+// action goes on undecided (and nothing is returned to record).
+func (s *Server) decide(ctx context.Context, a *govern.Action) ([]govern.Decided, error) {
 	if s.cfg.Govern == nil {
-		return nil
+		return nil, nil
 	}
 	a.Surface = govern.SurfaceE2B
 	d, err := s.cfg.Govern.Decide(ctx, a)
-	detail[govern.AuditKey] = govern.Record(a, d)
+	gov := []govern.Decided{{Action: a, Decision: d}}
 	if err != nil {
-		return err
+		return gov, err
 	}
-	return d.Err()
+	return gov, d.Err()
 }
 
 // refusedByPolicy reports whether err is the engine's refusal of an action
@@ -131,11 +132,59 @@ func publicMessage(err error) string {
 // is E2B's 403 and audited as denied.
 func (s *Server) governCall(c *call, a *govern.Action) error {
 	a.Principal, a.RequestID, a.Credential = actorOf(c.ident), c.reqID, &govern.Checked{Identity: c.ident}
-	err := s.decide(c.r.Context(), a, c.detail)
+	gov, err := s.decide(c.r.Context(), a)
+	if gov != nil {
+		c.governed = gov
+	}
 	if err != nil && refusedByPolicy(err) {
 		return &apiError{status: http.StatusForbidden, message: publicMessage(err), denied: true, cause: err}
 	}
 	return err
+}
+
+// governLifecycle decides a lifecycle action (sandbox.lifecycle) on sb.
+func (s *Server) governLifecycle(c *call, sb store.Sandbox, l *govern.Lifecycle) error {
+	return s.governCall(c, &govern.Action{Kind: govern.KindLifecycle, SandboxID: sb.ID, Sandbox: sandboxInfo(sb), Lifecycle: l})
+}
+
+// governPort decides one request to a user port (port.preview: port,
+// method, the path the program sees, and how it was let in: "token" or
+// "public"). ident is the key the sandbox's tokens are bound to ("token"),
+// the zero identity for a public port. A refusal is answered here (E2B's
+// error JSON, 403) and audited as e2b.port.proxy with the decision; it
+// returns false then. A log_only decision is audited too.
+func (s *Server) governPort(w http.ResponseWriter, r *http.Request, sb store.Sandbox, ident auth.Identity, port int, via string) bool {
+	if s.cfg.Govern == nil {
+		return true
+	}
+	a := &govern.Action{Kind: govern.KindPortPreview, RequestID: w.Header().Get("X-Request-Id"),
+		SandboxID: sb.ID, Sandbox: sandboxInfo(sb), Port: govern.NewPreview(port, r.Method, r.URL.Path, via)}
+	if via != "public" {
+		a.Principal, a.Credential = actorOf(ident), &govern.Checked{Identity: ident}
+	}
+	detail := map[string]any{}
+	gov, err := s.decide(r.Context(), a)
+	if err == nil && (len(gov) == 0 || gov[0].Decision.Outcome != govern.LogOnly) {
+		return true
+	}
+	outcome := govern.AuditSuccess
+	if err != nil {
+		outcome = govern.AuditDenied
+		if !refusedByPolicy(err) {
+			outcome = govern.AuditError
+			detail["error"] = err.Error()
+		}
+		status := http.StatusForbidden
+		if outcome == govern.AuditError {
+			status = http.StatusInternalServerError
+			s.log.Error("e2b: govern port request", "sandbox", sb.ID, "port", port, "err", err)
+		}
+		writeJSON(w, status, map[string]any{"sandboxId": sb.ID, "code": status, "message": publicMessage(err)})
+		detail["status"] = status
+	}
+	detail["method"], detail["path"], detail["port"], detail["auth"] = r.Method, r.URL.Path, port, via
+	s.appendAudit(r.Context(), a.RequestID, a.Principal.ID, "e2b.port.proxy", sb.ID, outcome, detail, gov)
+	return err == nil
 }
 
 // errUngovernable is a request the proxy cannot describe (a body it cannot
@@ -527,11 +576,12 @@ func refuseProxied(w http.ResponseWriter, r *http.Request, p string, err error) 
 
 // governProxied describes a proxied request's actions and decides each,
 // as the key the sandbox's tokens are bound to (ident). It returns the
-// audit detail of the allowed request (the governed record; a multipart
-// upload's further files under "govern_more"), or false once it has
-// answered a refused or undescribable request, which it audits.
+// audit detail of the allowed request and its decided actions (the audit
+// log records the first under govern.AuditKey, a multipart upload's
+// further files under govern.GovernMoreKey), or false once it has answered
+// a refused or undescribable request, which it audits.
 func (s *Server) governProxied(w http.ResponseWriter, r *http.Request, sb store.Sandbox, ident auth.Identity,
-	p string, port int, user, authBy string) (map[string]any, bool) {
+	p string, port int, user, authBy string) (map[string]any, []govern.Decided, bool) {
 	var (
 		acts    []*govern.Action
 		cleanup func()
@@ -547,48 +597,42 @@ func (s *Server) governProxied(w http.ResponseWriter, r *http.Request, sb store.
 	}
 	reqID := w.Header().Get("X-Request-Id")
 	detail := map[string]any{"principal": ident.Principal.ID}
-	var records []any
+	var records []govern.Decided
 	for _, a := range acts {
 		if err != nil {
 			break
 		}
 		a.Principal, a.RequestID, a.Credential = actorOf(ident), reqID, &govern.Checked{Identity: ident}
 		a.SandboxID, a.Sandbox = sb.ID, sandboxInfo(sb)
-		d := map[string]any{}
-		err = s.decide(r.Context(), a, d)
-		records = append(records, d[govern.AuditKey])
+		var gov []govern.Decided
+		gov, err = s.decide(r.Context(), a)
+		records = append(records, gov...)
 	}
-	if len(records) > 0 {
-		// The decisive record (the refusal, else the first) is the event's.
-		last := len(records) - 1
-		if err == nil {
-			last = 0
-		}
-		detail[govern.AuditKey] = records[last]
-		if more := slices.Delete(slices.Clone(records), last, last+1); len(more) > 0 && err == nil {
-			detail["govern_more"] = more
-		}
+	// The decisive record (the refusal, else the first) is the event's;
+	// an allowed request's others follow it.
+	if err != nil && len(records) > 0 {
+		records = records[len(records)-1:]
 	}
 	if err == nil {
-		return detail, true
+		return detail, records, true
 	}
 	if cleanup != nil {
 		cleanup()
 	}
 	status := refuseProxied(w, r, p, err)
-	outcome := audit.OutcomeDenied
+	outcome := govern.AuditDenied
 	var ue *errUngovernable
 	if errors.As(err, &ue) || !refusedByPolicy(err) {
-		outcome = audit.OutcomeError
+		outcome = govern.AuditError
 		detail["error"] = err.Error()
 		if toAPIError(err).denied || toAPIError(err).status == http.StatusForbidden {
-			outcome = audit.OutcomeDenied
+			outcome = govern.AuditDenied
 		}
 	}
 	delete(detail, "principal")
 	detail["method"], detail["path"], detail["port"], detail["status"], detail["auth"] = r.Method, p, port, status, authBy
-	s.appendAudit(r.Context(), reqID, ident.Principal.ID, "e2b.envd", sb.ID, outcome, detail)
-	return nil, false
+	s.appendAudit(r.Context(), reqID, ident.Principal.ID, "e2b.envd", sb.ID, outcome, detail, records)
+	return nil, nil, false
 }
 
 // createAttrs are the sandbox.create attributes of an E2B create request.

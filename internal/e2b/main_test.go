@@ -23,6 +23,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
@@ -33,7 +34,8 @@ var env struct {
 	srv   *Server
 	hs    *httptest.Server
 	st    store.Store
-	audit *audit.Logger
+	alog  *audit.Logger    // closed at teardown
+	audit *govern.AuditLog // what the server writes and reads through
 	mgr   *sandbox.Manager
 
 	aID, bID   string
@@ -83,8 +85,11 @@ func setup(dir string) error {
 	if err != nil {
 		return err
 	}
-	env.audit, err = audit.New(ctx, audit.Config{Store: st, Key: key, CheckpointPath: filepath.Join(dir, "audit.checkpoint")})
+	env.alog, err = audit.New(ctx, audit.Config{Store: st, Key: key, CheckpointPath: filepath.Join(dir, "audit.checkpoint")})
 	if err != nil {
+		return err
+	}
+	if env.audit, err = govern.NewAuditLog(env.alog, st, log); err != nil {
 		return err
 	}
 	b, err := testBackend(dir) // native as root, else the fake (fakebackend_test.go)
@@ -131,7 +136,7 @@ func teardown() {
 		env.mgr.Kill(ctx, sb.ID, "test teardown")
 	}
 	env.hs.Close()
-	env.audit.Close()
+	env.alog.Close()
 	env.st.Close()
 }
 

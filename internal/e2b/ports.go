@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httputil"
@@ -9,7 +8,8 @@ import (
 	"sync"
 
 	"github.com/warden-sandbox/warden/internal/agentclient"
-	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -53,15 +53,24 @@ func (p *publicSandboxes) is(id string) bool {
 // userPort serves traffic to a user port of a running sandbox.
 func (s *Server) userPort(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int) {
 	id := sb.ID
+	var ident auth.Identity
+	via := "public"
 	if !s.public.is(id) {
 		if !tokenOK(r.Header.Get(hdrTraffic), s.TrafficToken(sb)) && !tokenOK(r.Header.Get(hdrAccessToken), s.EnvdToken(sb)) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"sandboxId": id, "code": 403,
 				"message": "Sandbox is secured with traffic access token. Provide the envd or traffic access token."})
 			return
 		}
-		if !s.keyValid(w, r, sb) {
+		var ok bool
+		if ident, ok = s.keyIdentity(w, r, sb); !ok {
 			return
 		}
+		via = "token"
+	}
+	// The governed path: each request (a WebSocket: the one that opens
+	// it) is a port.preview action, as through Warden's own API.
+	if !s.governPort(w, r, sb, ident, port, via) {
+		return
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	rp := &httputil.ReverseProxy{
@@ -94,9 +103,9 @@ func (s *Server) userPort(w http.ResponseWriter, r *http.Request, sb store.Sandb
 	// connection upgrade (WebSocket), not per HTTP request (a web app makes
 	// many); denials above are answered without an audit event, as envd's.
 	if sw.status == http.StatusSwitchingProtocols {
-		s.cfg.Audit.Append(context.WithoutCancel(r.Context()), audit.Event{
-			PrincipalID: "system", Action: "e2b.port.upgrade", Target: id, Outcome: audit.OutcomeSuccess,
-			Detail: []byte(`{"port":` + strconv.Itoa(port) + `}`),
+		s.cfg.Audit.Write(r.Context(), govern.AuditEvent{
+			Principal: "system", Name: "e2b.port.upgrade", Target: id, Outcome: govern.AuditSuccess,
+			Detail: map[string]any{"port": port},
 		})
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/agent/sysuser"
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -93,17 +93,12 @@ func eq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(
 // without a token (want "") accepts none.
 func tokenOK(got, want string) bool { return got != "" && want != "" && eq(got, want) }
 
-// keyValid checks that the API key sb's tokens are bound to is still valid
-// (not revoked, its principal not gone), answering 401 when it is not. The
-// key is read from the store on every request, as API keys are: a
-// revocation cuts the tokens from the next request on, with no cache.
-func (s *Server) keyValid(w http.ResponseWriter, r *http.Request, sb store.Sandbox) bool {
-	_, ok := s.keyIdentity(w, r, sb)
-	return ok
-}
-
-// keyIdentity is keyValid returning the identity of the key: the actor of
-// a request made with the sandbox's tokens.
+// keyIdentity checks that the API key sb's tokens are bound to is still
+// valid (not revoked, its principal not gone), answering 401 when it is
+// not, and returns its identity: the actor of a request made with the
+// sandbox's tokens. The key is read from the store on every request, as
+// API keys are: a revocation cuts the tokens from the next request on,
+// with no cache.
 func (s *Server) keyIdentity(w http.ResponseWriter, r *http.Request, sb store.Sandbox) (auth.Identity, bool) {
 	ident, err := s.cfg.Auth.KeyIdentity(r.Context(), sb.EnvdKey)
 	switch {
@@ -336,10 +331,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	// The governed path: describe the request's actions (reading, bounded,
 	// the body that names them and forwarding the same bytes) and decide
 	// each before anything reaches the agent.
-	var govDetail map[string]any
+	var (
+		govDetail  map[string]any
+		govDecided []govern.Decided
+	)
 	if authBy != "none" && s.cfg.Govern != nil {
 		var ok bool
-		if govDetail, ok = s.governProxied(w, r, sb, ident, path, port, user, authBy); !ok {
+		if govDetail, govDecided, ok = s.governProxied(w, r, sb, ident, path, port, user, authBy); !ok {
 			return
 		}
 	}
@@ -379,7 +377,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		// and is audited all the same.
 		defer func() {
 			v := recover()
-			s.auditProxied(r, sw, sb, path, port, authBy, v != nil, govDetail)
+			s.auditProxied(r, sw, sb, path, port, authBy, v != nil, govDetail, govDecided)
 			if v != nil {
 				panic(v)
 			}
@@ -393,14 +391,15 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 // "client" when the client went away (the request's context is done),
 // else "sandbox" (the agent's side broke: the sandbox died or was
 // stopped), which is an error.
-func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbox, path string, port int, authBy string, aborted bool, extra map[string]any) {
+func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbox, path string, port int, authBy string, aborted bool,
+	extra map[string]any, governed []govern.Decided) {
 	status := sw.status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	outcome := audit.OutcomeSuccess
+	outcome := govern.AuditSuccess
 	if status >= 400 {
-		outcome = audit.OutcomeError
+		outcome = govern.AuditError
 	}
 	detail := map[string]any{"method": r.Method, "path": path, "port": port, "status": status, "auth": authBy}
 	for k, v := range extra {
@@ -411,7 +410,7 @@ func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbo
 			detail["aborted"] = "client"
 		} else {
 			detail["aborted"] = "sandbox"
-			outcome = audit.OutcomeError
+			outcome = govern.AuditError
 		}
 	}
 	principal := sb.Owner
@@ -419,7 +418,7 @@ func (s *Server) auditProxied(r *http.Request, sw *statusWriter, sb store.Sandbo
 		principal = p
 		delete(detail, "principal")
 	}
-	s.appendAudit(r.Context(), sw.Header().Get("X-Request-Id"), principal, "e2b.envd", sb.ID, outcome, detail)
+	s.appendAudit(r.Context(), sw.Header().Get("X-Request-Id"), principal, "e2b.envd", sb.ID, outcome, detail, governed)
 }
 
 // statusWriter records the response status; it passes Flush on.

@@ -3,6 +3,7 @@ package govern
 import (
 	"path"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -15,6 +16,8 @@ type Kind string
 // variable).
 const (
 	KindSandboxCreate   Kind = "sandbox.create"
+	KindLifecycle       Kind = "sandbox.lifecycle"
+	KindNetworkChange   Kind = "network.change"
 	KindExec            Kind = "exec"
 	KindPTY             Kind = "pty"
 	KindFileRead        Kind = "file.read"
@@ -28,6 +31,8 @@ const (
 	KindTemplateImport  Kind = "template.import"
 	KindKeyChange       Kind = "key.change"
 	KindPrincipalChange Kind = "principal.change"
+	KindMCPCall         Kind = "mcp.call"
+	KindMCPAdmin        Kind = "mcp.admin"
 )
 
 // Surfaces: the door an action came through.
@@ -56,6 +61,8 @@ type kindSpec struct {
 // and pty both describe a command line).
 var kindTable = []kindSpec{
 	{KindSandboxCreate, "create", reflect.TypeFor[SandboxCreate](), func(a *Action) any { return orZero(a.Create) }},
+	{KindLifecycle, "lifecycle", reflect.TypeFor[Lifecycle](), func(a *Action) any { return orZero(a.Lifecycle) }},
+	{KindNetworkChange, "network", reflect.TypeFor[Network](), func(a *Action) any { return orZero(a.Network) }},
 	{KindExec, "exec", reflect.TypeFor[Exec](), func(a *Action) any { return orZero(a.Exec) }},
 	{KindPTY, "exec", reflect.TypeFor[Exec](), func(a *Action) any { return orZero(a.Exec) }},
 	{KindFileRead, "file", reflect.TypeFor[File](), func(a *Action) any { return orZero(a.File) }},
@@ -69,6 +76,8 @@ var kindTable = []kindSpec{
 	{KindTemplateImport, "template", reflect.TypeFor[Template](), func(a *Action) any { return orZero(a.Template) }},
 	{KindKeyChange, "key", reflect.TypeFor[KeyChange](), func(a *Action) any { return orZero(a.Key) }},
 	{KindPrincipalChange, "subject", reflect.TypeFor[PrincipalChange](), func(a *Action) any { return orZero(a.Subject) }},
+	{KindMCPCall, "mcp", reflect.TypeFor[MCPCall](), func(a *Action) any { return orZero(a.MCP) }},
+	{KindMCPAdmin, "mcp_admin", reflect.TypeFor[MCPAdmin](), func(a *Action) any { return orZero(a.MCPAdmin) }},
 }
 
 // kinds indexes kindTable.
@@ -118,16 +127,20 @@ type Action struct {
 	// Time is when the action was asked for; Decide sets it when zero.
 	Time time.Time `json:"time"`
 
-	Create   *SandboxCreate   `json:"create,omitempty"`
-	Exec     *Exec            `json:"exec,omitempty"`
-	File     *File            `json:"file,omitempty"`
-	Code     *Code            `json:"code,omitempty"`
-	Port     *Port            `json:"port,omitempty"`
-	Egress   *Egress          `json:"egress,omitempty"`
-	Secret   *Secret          `json:"secret,omitempty"`
-	Template *Template        `json:"template,omitempty"`
-	Key      *KeyChange       `json:"key,omitempty"`
-	Subject  *PrincipalChange `json:"subject,omitempty"`
+	Create    *SandboxCreate   `json:"create,omitempty"`
+	Lifecycle *Lifecycle       `json:"lifecycle,omitempty"`
+	Network   *Network         `json:"network,omitempty"`
+	Exec      *Exec            `json:"exec,omitempty"`
+	File      *File            `json:"file,omitempty"`
+	Code      *Code            `json:"code,omitempty"`
+	Port      *Port            `json:"port,omitempty"`
+	Egress    *Egress          `json:"egress,omitempty"`
+	Secret    *Secret          `json:"secret,omitempty"`
+	Template  *Template        `json:"template,omitempty"`
+	Key       *KeyChange       `json:"key,omitempty"`
+	Subject   *PrincipalChange `json:"subject,omitempty"`
+	MCP       *MCPCall         `json:"mcp,omitempty"`
+	MCPAdmin  *MCPAdmin        `json:"mcp_admin,omitempty"`
 
 	// Credential is the door's authenticated identity (for the native
 	// API, its *auth.Identity), opaque to this package: the access stage
@@ -185,11 +198,40 @@ type Limits struct {
 	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
 }
 
-// Network is a new sandbox's network policy, as far as rules see it.
+// Network is a sandbox's network policy as far as rules see it: a new
+// sandbox's (create.network), or the new policy of a network.change (CEL:
+// network). Allow holds each allow rule's host, or its CIDR.
 type Network struct {
 	Mode  string   `json:"mode,omitempty"` // none, allowlist, open...
 	Allow []string `json:"allow,omitempty"`
 }
+
+// Lifecycle are the attributes of sandbox.lifecycle (CEL: lifecycle): a
+// change of a sandbox's life. Op is kill, timeout (a new timeout), pause,
+// resume, connect (the E2B API's connect to a running sandbox, which may
+// extend its timeout; a connect that resumes a paused sandbox is resume)
+// or fork.
+type Lifecycle struct {
+	Op string `json:"op"`
+	// TimeoutSeconds is the timeout asked for (timeout, and resume,
+	// connect and fork when they set one), else 0.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+	// Count is the number of forks (fork), else 0.
+	Count int64 `json:"count,omitempty"`
+	// Cold is a pause that drops the sandbox's memory (E2B's
+	// keepMemory: false): resumed, it boots again.
+	Cold bool `json:"cold,omitempty"`
+}
+
+// Lifecycle operations (Lifecycle.Op).
+const (
+	OpKill    = "kill"
+	OpTimeout = "timeout"
+	OpPause   = "pause"
+	OpResume  = "resume"
+	OpConnect = "connect"
+	OpFork    = "fork"
+)
 
 // Exec are the attributes of exec and pty (CEL: exec).
 type Exec struct {
@@ -222,17 +264,30 @@ type Code struct {
 	Code     string `json:"code"`
 }
 
-// Port are the attributes of port.preview (CEL: port).
+// Port are the attributes of port.preview (CEL: port): publishing a port,
+// making its preview URL, and each request proxied to it (Method and Path
+// set: the HTTP method and the path the program sees, without the query;
+// a WebSocket is decided once, by the request that opens it).
 type Port struct {
-	Port   int64 `json:"port"`
-	Public bool  `json:"public,omitempty"` // reached without a key (a preview URL)
+	Port   int64  `json:"port"`
+	Public bool   `json:"public,omitempty"` // reached without a key (a preview URL)
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Via is how a proxied request was let in: key (an API key, whose
+	// principal is the action's), token (a preview URL's token, or E2B's
+	// traffic or envd token), cookie, or public (no credential); "" for
+	// publish and url.
+	Via string `json:"via,omitempty"`
 }
 
-// Egress are the attributes of egress.connect (CEL: egress).
+// Egress are the attributes of egress.connect (CEL: egress). Host is the
+// name the flow is for (the TLS server name or HTTP Host the client sent,
+// else a name Warden's DNS resolved to the address), else the address.
 type Egress struct {
 	Host   string `json:"host"`
 	Port   int64  `json:"port"`
-	Mode   string `json:"mode,omitempty"` // the sandbox's network mode
+	Proto  string `json:"proto,omitempty"` // tcp or udp
+	Mode   string `json:"mode,omitempty"`  // the sandbox's network mode
 	SNI    string `json:"sni,omitempty"`
 	Method string `json:"method,omitempty"` // when the broker sees the request
 	Path   string `json:"path,omitempty"`
@@ -270,10 +325,63 @@ type PrincipalChange struct {
 	Name string `json:"name,omitempty"`
 }
 
+// MCPAdmin are the attributes of mcp.admin (CEL: mcp_admin): a change to
+// the MCP gateway's configuration through /v1/mcp (internal/api).
+type MCPAdmin struct {
+	// Op is create, update or delete (connector, server), grant or
+	// revoke (a server to a principal), approve or reject (a tool
+	// definition), credential_put or credential_delete.
+	Op string `json:"op"`
+	// Object is connector, server, tool or credential.
+	Object string `json:"object"`
+	// ID is the connector's or server's ID, or for a tool
+	// "<connector>/<tool>/<hash>".
+	ID string `json:"id"`
+	// PrincipalID is the principal granted or revoked, or whose
+	// credential is bound ("" for a shared credential).
+	PrincipalID string `json:"principal_id,omitempty"`
+	// Connector is the connector concerned (of a tool or credential, or
+	// the kind's connector itself).
+	Connector string `json:"connector,omitempty"`
+	// ConnectorKind is a created or updated connector's kind; URL a
+	// remote connector's URL.
+	ConnectorKind string `json:"connector_kind,omitempty"`
+	URL           string `json:"url,omitempty"`
+	// Connectors are a created or updated server's connectors.
+	Connectors []string `json:"connectors,omitempty"`
+	// Tool is the tool's upstream name (approve, reject).
+	Tool string `json:"tool,omitempty"`
+}
+
+// MCPCall are the attributes of mcp.call (CEL: mcp): a tools/call
+// through a virtual MCP server of the gateway (internal/mcpgw).
+type MCPCall struct {
+	Server    string `json:"server"`    // the virtual server
+	Connector string `json:"connector"` // the upstream connector
+	Tool      string `json:"tool"`      // the upstream tool's name
+	// Name is the name the client called (prefixed or renamed).
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments,omitempty"`
+	// ArgsDigest is the hex SHA-256 of the canonical arguments: what the
+	// audit log keeps instead of the arguments.
+	ArgsDigest string `json:"args_digest,omitempty"`
+	// ReadOnly is the tool's readOnlyHint annotation (untrusted unless the
+	// connector is).
+	ReadOnly bool `json:"read_only"`
+	// DefHash is the hash of the tool's approved definition.
+	DefHash string `json:"def_hash,omitempty"`
+}
+
 // NewExec describes a command line: Cmd and Args from argv, Argv joined,
 // and Shell when argv runs a shell with -c (sh, bash, dash, zsh, with
-// options such as -l before or combined with -c).
+// options such as -l before or combined with -c). Every door describes
+// command lines with it, so the same command is the same action (the same
+// attributes, the same approval) whichever door it came through: a shell's
+// combined short options before its script are taken apart (bash -lc X is
+// described as bash -l -c X, the E2B SDKs' form; the native API's command
+// runs as bash -lc X), which is the same command to the shell.
 func NewExec(argv []string, cwd, user string, envKeys []string) *Exec {
+	argv = shellArgv(argv)
 	e := &Exec{Argv: strings.Join(argv, " "), Cwd: cwd, User: user, EnvKeys: envKeys}
 	if len(argv) > 0 {
 		e.Cmd = argv[0]
@@ -283,13 +391,74 @@ func NewExec(argv []string, cwd, user string, envKeys []string) *Exec {
 	return e
 }
 
+// isShell reports whether a program is a POSIX shell.
+func isShell(prog string) bool {
+	switch path.Base(prog) {
+	case "sh", "bash", "dash", "zsh", "ash":
+		return true
+	}
+	return false
+}
+
+// shellArgv returns argv with a shell's combined short options (-lc, -ec)
+// before its script split into one argument each (-l -c). Only clusters of
+// letters are split, and none with an option that takes an argument (o,
+// O); the script and what follows it are left alone. argv is returned as
+// is when there is nothing to split.
+func shellArgv(argv []string) []string {
+	if len(argv) < 3 || !isShell(argv[0]) {
+		return argv
+	}
+	// argv[1:stop] are the options before the script: up to the first
+	// argument that is none, or the first that ends them (c, or o and O,
+	// whose argument follows).
+	stop := len(argv)
+	for i := 1; i < len(argv); i++ {
+		a := argv[i]
+		if len(a) < 2 || a[0] != '-' || a[1] == '-' {
+			stop = i
+			break
+		}
+		if strings.ContainsAny(a[1:], "coO") {
+			stop = i + 1
+			break
+		}
+	}
+	cluster := func(a string) bool { return len(a) > 2 && a[0] == '-' && splittable(a[1:]) }
+	if !slices.ContainsFunc(argv[1:stop], cluster) {
+		return argv
+	}
+	out := make([]string, 1, len(argv)+8)
+	out[0] = argv[0]
+	for _, a := range argv[1:stop] {
+		if !cluster(a) {
+			out = append(out, a)
+			continue
+		}
+		for _, c := range a[1:] {
+			out = append(out, "-"+string(c))
+		}
+	}
+	return append(out, argv[stop:]...)
+}
+
+// splittable reports whether an option cluster is letters only, none of
+// them an option that takes an argument.
+func splittable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') || c == 'o' || c == 'O' {
+			return false
+		}
+	}
+	return true
+}
+
 func shellScript(argv []string) string {
 	if len(argv) < 3 {
 		return ""
 	}
-	switch path.Base(argv[0]) {
-	case "sh", "bash", "dash", "zsh", "ash":
-	default:
+	if !isShell(argv[0]) {
 		return ""
 	}
 	for i := 1; i < len(argv)-1; i++ {
@@ -328,6 +497,10 @@ func (a *Action) target() string {
 		return a.Template.Name
 	case a.Egress != nil && a.SandboxID == "":
 		return a.Egress.Host
+	case a.MCP != nil && a.SandboxID == "":
+		return "mcp:" + a.MCP.Server + "/" + a.MCP.Name
+	case a.MCPAdmin != nil && a.SandboxID == "":
+		return "mcp:" + a.MCPAdmin.Object + "/" + a.MCPAdmin.ID
 	}
 	if a.SandboxID == "" && a.Sandbox != nil {
 		return a.Sandbox.ID

@@ -1,6 +1,9 @@
 package govern
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // Builders shared by the doors (the native API, the E2B API), so that the
 // same request is described the same way, and the same rule decides it the
@@ -29,6 +32,41 @@ func NewCode(language, code string) *Code {
 		language = "python"
 	}
 	return &Code{Language: language, Code: code}
+}
+
+// NewNetwork describes a network policy (a network.change's new policy,
+// or a new sandbox's): mode "" is none; allow holds each allow rule's host
+// or CIDR, hosts lower-cased without a trailing dot, so the doors describe
+// the same policy the same way.
+func NewNetwork(mode string, allow []string) *Network {
+	n := &Network{Mode: mode}
+	if n.Mode == "" {
+		n.Mode = "none"
+	}
+	for _, a := range allow {
+		n.Allow = append(n.Allow, strings.TrimSuffix(strings.ToLower(strings.TrimSpace(a)), "."))
+	}
+	return n
+}
+
+// NewLifecycle describes a change of a sandbox's life (op one of OpKill,
+// OpTimeout, OpPause, OpResume, OpConnect, OpFork).
+func NewLifecycle(op string, timeoutSeconds, count int64, cold bool) *Lifecycle {
+	return &Lifecycle{Op: op, TimeoutSeconds: max(timeoutSeconds, 0), Count: max(count, 0), Cold: cold}
+}
+
+// NewPreview describes one request proxied to a sandbox port: its method,
+// the path the program sees (the query dropped) and how it was let in
+// (key, token, cookie, public). A WebSocket is decided by the request that
+// opens it.
+func NewPreview(port int, method, path, via string) *Port {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if path == "" {
+		path = "/"
+	}
+	return &Port{Port: int64(port), Public: via == "public", Method: method, Path: path, Via: via}
 }
 
 // Checked is a Credential for doors that check access (authentication,

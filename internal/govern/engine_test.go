@@ -410,7 +410,7 @@ func TestNewExec(t *testing.T) {
 	}
 	for _, tc := range cases {
 		e := NewExec(tc.argv, "", "", nil)
-		if e.Shell != tc.shell || e.Cmd != tc.argv[0] || e.Argv != strings.Join(tc.argv, " ") {
+		if e.Shell != tc.shell || e.Cmd != tc.argv[0] || e.Argv != strings.Join(shellArgv(tc.argv), " ") {
 			t.Errorf("NewExec(%q) = %+v, want shell %q", tc.argv, e, tc.shell)
 		}
 	}

@@ -49,6 +49,17 @@ func Record(a *Action, d Decision) AuditRecord {
 		x.Path, x.Dest = cut(x.Path), cut(x.Dest)
 		c.File = &x
 	}
+	if a.MCP != nil {
+		// Tool arguments may carry secrets: the log keeps their digest.
+		x := *a.MCP
+		x.Arguments = nil
+		c.MCP = &x
+	}
+	if a.Port != nil && a.Port.Path != "" {
+		x := *a.Port
+		x.Path = cut(x.Path)
+		c.Port = &x
+	}
 	return AuditRecord{Action: &c, Decision: d}
 }
 

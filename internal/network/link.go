@@ -265,14 +265,8 @@ func (l *Link) deny(proto string, dst netip.AddrPort, reason string) {
 }
 
 func (l *Link) denyTarget(proto, target, reason string) {
-	l.stats.denied.Add(1)
-	now := time.Now()
+	now := l.recordDenial(proto, target, reason)
 	l.denyMu.Lock()
-	if len(l.denials) == maxDenials {
-		copy(l.denials, l.denials[1:])
-		l.denials = l.denials[:maxDenials-1]
-	}
-	l.denials = append(l.denials, Denial{Time: now, Proto: proto, Target: target, Reason: reason})
 	key := target + "\x00" + reason
 	report := now.Sub(l.reported[key]) >= reportEvery
 	if report && len(l.reported) >= maxReported {
@@ -291,6 +285,21 @@ func (l *Link) denyTarget(proto, target, reason string) {
 	if report {
 		l.m.report(l.id, target, reason)
 	}
+}
+
+// recordDenial counts a refused flow or lookup and lists it among the
+// recent denials; it returns the time it recorded.
+func (l *Link) recordDenial(proto, target, reason string) time.Time {
+	l.stats.denied.Add(1)
+	now := time.Now()
+	l.denyMu.Lock()
+	defer l.denyMu.Unlock()
+	if len(l.denials) == maxDenials {
+		copy(l.denials, l.denials[1:])
+		l.denials = l.denials[:maxDenials-1]
+	}
+	l.denials = append(l.denials, Denial{Time: now, Proto: proto, Target: target, Reason: reason})
+	return now
 }
 
 // watch closes the link when the sandbox's PID 1 exits.

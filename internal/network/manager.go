@@ -52,6 +52,14 @@ type Config struct {
 	// its ClientHello before wardend dials, in every mode.
 	TLSIntercept func(sandboxID, serverName string) bool
 	TLSHandoff   func(ctx context.Context, sandboxID string, client net.Conn, target netip.AddrPort, targetNames []string) error
+	// Govern, if set, decides each flow the policy allowed through the
+	// governed path (EgressGovernor): after the policy, before the dial
+	// (or, on ports 80 and 443, once the client's first bytes name the
+	// host). While Govern.Governs() is true, connections to ports 80 and
+	// 443 wait for their first bytes in every mode. A refused flow is
+	// counted and listed in Stats but not reported to OnDeny (the Governor
+	// audits it).
+	Govern Governor
 	// MTU of the sandbox's device (default 65520: one large segment per
 	// read and write; see docs/networking.md).
 	MTU int

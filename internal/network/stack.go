@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -237,9 +238,18 @@ func (n *netstack) onTCP(r *tcp.ForwarderRequest) {
 	}
 	defer n.wg.Done()
 	defer l.release()
-	if d.inspect || (dst.Port() == 443 && l.m.cfg.TLSIntercept != nil) {
-		n.proxyInspected(r, pol, dst, d.inspect)
+	governed := l.governs()
+	if d.inspect || (dst.Port() == 443 && l.m.cfg.TLSIntercept != nil) || (governed && (dst.Port() == 80 || dst.Port() == 443)) {
+		n.proxyInspected(r, pol, dst, d.inspect, governed)
 		return
+	}
+	if governed {
+		// Decided before the handshake completes: a refusal reaches the
+		// sandbox as a reset, "connection refused".
+		if err := n.governFlow("tcp", dst, l.flowHosts(dst, nil), ""); err != nil {
+			r.Complete(true)
+			return
+		}
 	}
 	// Dial first so a refused or unreachable destination reaches the
 	// sandbox as a reset, like a direct connection.
@@ -266,9 +276,10 @@ func (n *netstack) onTCP(r *tcp.ForwarderRequest) {
 
 // proxyInspected accepts the connection and reads the client's first bytes
 // before dialling: with enforce, the names they carry (TLS SNI, HTTP Host)
-// must be allowed; a TLS connection to port 443 whose server name
-// TLSIntercept claims goes to TLSHandoff instead of being spliced.
-func (n *netstack) proxyInspected(r *tcp.ForwarderRequest, pol *compiled, dst netip.AddrPort, enforce bool) {
+// must be allowed; with governed, the Governor decides the flow for them; a
+// TLS connection to port 443 whose server name TLSIntercept claims goes to
+// TLSHandoff instead of being spliced.
+func (n *netstack) proxyInspected(r *tcp.ForwarderRequest, pol *compiled, dst netip.AddrPort, enforce, governed bool) {
 	l := n.l
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
@@ -305,7 +316,12 @@ func (n *netstack) proxyInspected(r *tcp.ForwarderRequest, pol *compiled, dst ne
 	k, err := c.Read(chunk)
 	if isTimeout(err) {
 		// The client is silent: maybe a server-first protocol. Connect and
-		// let the server speak, but still inspect the client's first bytes.
+		// let the server speak, but still inspect the client's first bytes
+		// (and decide again on the names they carry, if any).
+		if governed && n.governFlow("tcp", dst, l.flowHosts(dst, nil), "") != nil {
+			abort()
+			return
+		}
 		up, ok := dial()
 		if !ok {
 			return
@@ -313,7 +329,10 @@ func (n *netstack) proxyInspected(r *tcp.ForwarderRequest, pol *compiled, dst ne
 		c.SetReadDeadline(time.Time{})
 		n.splice(c, ep, up, func() ([]byte, bool) {
 			k, err := c.Read(chunk)
-			data, _, ok := n.finishSniff(c, pol, dst, append([]byte(nil), chunk[:k]...), chunk, err, enforce)
+			data, names, ok := n.finishSniff(c, pol, dst, append([]byte(nil), chunk[:k]...), chunk, err, enforce)
+			if ok && governed && len(names) > 0 && n.governFlow("tcp", dst, l.flowHosts(dst, names), sniOf(data, names)) != nil {
+				return nil, false
+			}
 			return data, ok
 		}, true)
 		return
@@ -322,6 +341,21 @@ func (n *netstack) proxyInspected(r *tcp.ForwarderRequest, pol *compiled, dst ne
 	if !ok {
 		abort()
 		return
+	}
+	if governed {
+		if gerr := n.governFlow("tcp", dst, l.flowHosts(dst, names), sniOf(data, names)); gerr != nil {
+			if refuseGoverned(c, data, gerr) {
+				// Let the answer reach the client: half-close, drain what it
+				// sends for a moment, then close.
+				c.CloseWrite()
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				io.Copy(io.Discard, io.LimitReader(c, 1<<20))
+				c.Close()
+			} else {
+				abort()
+			}
+			return
+		}
 	}
 	if h := n.intercept(dst, data, names); h != nil {
 		n.handoff(c, ep, dst, data, h)
@@ -456,6 +490,17 @@ func checkNames(pol *compiled, dst netip.AddrPort, names []string) string {
 	return ""
 }
 
+// sniOf returns the TLS server name among names when data is a ClientHello.
+func sniOf(data []byte, names []string) string {
+	if len(data) == 0 || classifyFirst(data[0]) != kindTLS || len(names) != 1 {
+		return ""
+	}
+	if n, err := canonicalName(names[0]); err == nil {
+		return n
+	}
+	return strings.ToLower(names[0])
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -585,8 +630,14 @@ func (n *netstack) onUDP(r *udp.ForwarderRequest) bool {
 		return true
 	}
 	c := gonet.NewUDPConn(&wq, ep)
+	governed := l.governs()
 	if !n.goTracked(func() {
 		defer l.release()
+		// Decided here, off the packet path.
+		if governed && n.governFlow("udp", dst, l.flowHosts(dst, nil), "") != nil {
+			c.Close()
+			return
+		}
 		n.relayUDP(c, dst)
 	}) {
 		c.Close()

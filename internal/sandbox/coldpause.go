@@ -49,6 +49,9 @@ func (m *Manager) pauseCold(ctx context.Context, id string) (store.Sandbox, erro
 		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot pause a sandbox without its memory (a cold boot on resume)", backend.ErrUnsupported, l.b.ID())
 	}
 	ctx = context.WithoutCancel(ctx) // the record must end in a real state
+	// A resume waits from before the record says paused until the backend
+	// has stopped the sandbox.
+	defer m.stopping(id)()
 	// The record first: a daemon that restarts from here on finishes the
 	// pause (recoverCold).
 	if _, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
@@ -71,6 +74,46 @@ func (m *Manager) pauseCold(ctx context.Context, id string) (store.Sandbox, erro
 		return store.Sandbox{}, m.coldPauseFailed(ctx, id, l, err)
 	}
 	return m.keptCold(ctx, id, l.b, h)
+}
+
+// stopping marks sandbox id as being stopped by a cold pause until the
+// function it returns is called: a resume waits for it (waitStopped).
+func (m *Manager) stopping(id string) func() {
+	done := make(chan struct{})
+	m.mu.Lock()
+	if l, ok := m.sandboxes[id]; ok {
+		l.stopping = done
+	}
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		if l, ok := m.sandboxes[id]; ok && l.stopping == done {
+			l.stopping = nil
+		}
+		m.mu.Unlock()
+		close(done)
+	}
+}
+
+// waitStopped waits until no cold pause is stopping sandbox id (a resume
+// asked for once the record says paused, as at an auto-pause, comes
+// before the backend has stopped it).
+func (m *Manager) waitStopped(ctx context.Context, id string) error {
+	m.mu.Lock()
+	var done chan struct{}
+	if l, ok := m.sandboxes[id]; ok {
+		done = l.stopping
+	}
+	m.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // coldPauseFailed undoes a cold pause whose StopKeep failed: a sandbox
@@ -161,6 +204,16 @@ func (m *Manager) detach(id string, b backend.Backend, h backend.Handle) bool {
 // killed).
 func (m *Manager) resumeCold(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
 	id := sb.ID
+	if err := m.waitStopped(ctx, id); err != nil {
+		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
+	}
+	sb, err := m.Get(ctx, id) // as the pause left it
+	if err != nil {
+		return sb, err
+	}
+	if State(sb.State) != StatePaused || !sb.Lifecycle.Cold {
+		return store.Sandbox{}, &StateError{ID: id, State: State(sb.State), Want: string(StatePaused)}
+	}
 	l, err := m.liveOf(sb, StatePaused)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -170,8 +223,25 @@ func (m *Manager) resumeCold(ctx context.Context, sb store.Sandbox) (store.Sandb
 		return store.Sandbox{}, fmt.Errorf("%w: sandbox %s was paused without its memory, which backend %s cannot resume", backend.ErrUnsupported, id, l.b.ID())
 	}
 	bctx := context.WithoutCancel(ctx) // boot even if the caller goes away
+	// A kernel that reads its network devices at boot (gvisor) gets its
+	// link before it boots, with the addresses the last kernel took from
+	// the device; others get it once they run (below).
+	netFirst := l.b.Capabilities().Network == backend.NetworkBeforeStart
+	if netFirst {
+		if err := m.attachNetwork(bctx, id, l.h, policyOf(sb)); err != nil {
+			m.detach(id, l.b, l.h)
+			return store.Sandbox{}, fmt.Errorf("resume: %w", err)
+		}
+		if nl, ok := m.lookup(id); ok && nl.link != nil {
+			if err := nl.link.Readdress(); err != nil {
+				m.detach(id, l.b, l.h)
+				return store.Sandbox{}, fmt.Errorf("resume: network: %w", err)
+			}
+		}
+	}
 	h, err := r.Restart(bctx, l.h)
 	if err != nil {
+		m.detach(id, l.b, l.h) // the link, if it got one
 		return store.Sandbox{}, fmt.Errorf("resume: %w", err)
 	}
 	fail := func(cause error) (store.Sandbox, error) {
@@ -187,8 +257,10 @@ func (m *Manager) resumeCold(ctx context.Context, sb store.Sandbox) (store.Sandb
 		l.b.Delete(bctx, h)
 		return store.Sandbox{}, &StateError{ID: id, State: StateStopped, Want: string(StatePaused)}
 	}
-	if err := m.attachNetwork(bctx, id, h, policyOf(sb)); err != nil {
-		return fail(err)
+	if !netFirst {
+		if err := m.attachNetwork(bctx, id, h, policyOf(sb)); err != nil {
+			return fail(err)
+		}
 	}
 	if st := m.startOf(sb); st != nil {
 		c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return l.b.DialAgent(ctx, h) })
@@ -258,4 +330,36 @@ func (m *Manager) recoverCold(ctx context.Context, sb store.Sandbox, b backend.B
 		m.log.Error("finish a cold pause after restart", "sandbox", sb.ID, "err", err)
 	}
 	m.kill(ctx, sb.ID, fmt.Sprintf("daemon restart: the cold pause could not be finished (backend says %s: %v)", st, err))
+}
+
+// ResumeCold resumes a paused sandbox with a cold boot on its files,
+// whatever its pause kept (E2B's connect or resume with memory false): a
+// sandbox paused without its memory boots as Resume boots it; one paused
+// with it is woken, stopped keeping only its files (PauseCold) and booted
+// again, so that its memory does not live on (its processes run for the
+// moment that takes). A backend that cannot restart cold refuses with an
+// error wrapping backend.ErrUnsupported before anything changes; a sandbox
+// in another state gets Resume's error.
+func (m *Manager) ResumeCold(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if State(sb.State) != StatePaused || sb.Lifecycle.Cold {
+		return m.Resume(ctx, id)
+	}
+	l, err := m.liveOf(sb, StatePaused)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if _, ok := l.b.(backend.Restarter); !ok || !l.b.Capabilities().ColdRestart {
+		return store.Sandbox{}, fmt.Errorf("%w: backend %s cannot boot a sandbox again without its memory", backend.ErrUnsupported, l.b.ID())
+	}
+	if _, err := m.Resume(ctx, id); err != nil {
+		return store.Sandbox{}, err
+	}
+	if _, err := m.PauseCold(ctx, id); err != nil {
+		return store.Sandbox{}, fmt.Errorf("resume without memory: %w (the sandbox was resumed with its memory)", err)
+	}
+	return m.Resume(ctx, id)
 }

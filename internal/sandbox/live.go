@@ -21,6 +21,9 @@ type live struct {
 	// cold: a cold pause stops or has stopped its processes and keeps its
 	// files (coldpause.go); the end of its processes is not its end.
 	cold bool
+	// stopping, while a cold pause stops the sandbox (its record already
+	// says paused), is closed when the pause is done (coldpause.go).
+	stopping chan struct{}
 }
 
 // booted reports whether the backend has created the sandbox.

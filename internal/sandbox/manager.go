@@ -96,6 +96,10 @@ type CreateRequest struct {
 	// AutoResume resumes a paused sandbox when a call reaches it.
 	AutoPause  bool
 	AutoResume bool
+	// AutoPauseCold makes the pause at the timeout keep only the files
+	// (PauseCold; E2B's autoPauseMemory false). It needs AutoPause, and a
+	// sandbox paused so is never resumed by a call (Wake).
+	AutoPauseCold bool
 	// Network is the sandbox's network policy; nil means none (loopback).
 	Network *network.Policy
 	// Isolation names the backend ("native", "gvisor"); empty means the
@@ -785,14 +789,16 @@ func networkOf(req CreateRequest) json.RawMessage {
 
 // lifecycleOf is the stored lifecycle of a create request.
 func lifecycleOf(req CreateRequest) store.Lifecycle {
-	return store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout, NoSudo: req.NoSudo}
+	return store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout, NoSudo: req.NoSudo, AutoPauseCold: req.AutoPauseCold}
 }
 
 // Wake resumes sb if it is paused and was created with AutoResume, and
 // returns its record as it is now. Calls that reach a sandbox (exec, files,
 // the E2B proxy) go through it.
 func (m *Manager) Wake(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
-	if State(sb.State) != StatePaused || !sb.Lifecycle.AutoResume {
+	if State(sb.State) != StatePaused || !sb.Lifecycle.AutoResume || sb.Lifecycle.Cold {
+		// A sandbox paused without its memory boots again only when asked
+		// (Resume), as E2B's auto-resume refuses one.
 		return sb, nil
 	}
 	m.log.Info("resuming a paused sandbox for a call", "sandbox", sb.ID)
@@ -1032,7 +1038,18 @@ func (m *Manager) reapExpired(ctx context.Context) {
 			continue
 		}
 		if sb.Lifecycle.AutoPause {
-			if _, err := m.Pause(ctx, id); err == nil {
+			pause := m.Pause
+			if sb.Lifecycle.AutoPauseCold {
+				pause = m.PauseCold
+			}
+			_, err := pause(ctx, id)
+			if errors.Is(err, backend.ErrUnsupported) && sb.Lifecycle.AutoPauseCold {
+				// The backend keeps this sandbox's files in memory:
+				// paused with its memory rather than killed.
+				m.log.Warn("pause without memory at timeout refused; pausing with memory", "sandbox", id, "err", err)
+				_, err = m.Pause(ctx, id)
+			}
+			if err == nil {
 				m.log.Info("sandbox paused at its timeout", "sandbox", id)
 				continue
 			} else {

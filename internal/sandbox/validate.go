@@ -106,6 +106,16 @@ func (m *Manager) validate(req *CreateRequest) error {
 	if (req.AutoPause || req.AutoResume) && !b.Capabilities().Pause {
 		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, b.ID())
 	}
+	if req.AutoPauseCold {
+		switch {
+		case !req.AutoPause:
+			return fmt.Errorf("%w: a pause without memory at the timeout needs auto_pause", ErrInvalid)
+		case req.AutoResume:
+			return fmt.Errorf("%w: a sandbox paused without its memory is resumed only when asked: auto_resume cannot go with it", ErrInvalid)
+		case !b.Capabilities().ColdRestart:
+			return fmt.Errorf("%w: backend %s cannot pause a sandbox without its memory", ErrInvalid, b.ID())
+		}
+	}
 	if req.Network != nil && req.Network.Mode != network.ModeNone {
 		if !hasNetwork(b) {
 			return fmt.Errorf("%w: network mode %s is not available on backend %s (only none)", ErrInvalid, req.Network.Mode, b.ID())

@@ -123,6 +123,10 @@ type Store interface {
 	// GovernStore holds governance policies and approvals (govern.go).
 	GovernStore
 
+	// MCPStore holds the MCP gateway's connectors, virtual servers,
+	// grants, tool pins and credential bindings (mcp.go).
+	MCPStore
+
 	// Close releases the store's resources.
 	Close() error
 }
@@ -149,6 +153,9 @@ type Lifecycle struct {
 	// and a resume boots it again on its kept writable layer
 	// (internal/sandbox/coldpause.go). False when it is not paused.
 	Cold bool `json:"cold,omitempty"`
+	// AutoPauseCold: the pause at the timeout (AutoPause) keeps only the
+	// files, as Cold (E2B's autoPauseMemory false).
+	AutoPauseCold bool `json:"auto_pause_cold,omitempty"`
 }
 
 // Sandbox is the stored form of a sandbox. State is opaque to the store;

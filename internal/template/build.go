@@ -77,6 +77,9 @@ var etcCopy = []string{
 	"locale.alias",
 	// Java reads its configuration through symlinks from /usr/lib/jvm.
 	"java-*",
+	// R's configuration (ldpaths, Renviron, Rprofile.site), linked from
+	// /usr/lib/R/etc: without it R does not start.
+	"R",
 	// The package manager: sources and keys (credentials are denied below),
 	// dpkg's configuration and the files its maintainer scripts read, so
 	// that apt-get works in a build step FROM base.

@@ -16,6 +16,8 @@ const (
 	LangJavaScript = "javascript"
 	LangTypeScript = "typescript"
 	LangBash       = "bash"
+	LangR          = "r"
+	LangJava       = "java"
 )
 
 // RunCodeRequest is a cell for [Client.RunCode]. Give Language or ContextID, not both;

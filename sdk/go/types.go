@@ -392,7 +392,12 @@ const (
 	ScopePoliciesRead    = "policies:read"
 	ScopePoliciesWrite   = "policies:write"
 	ScopeApprovalsDecide = "approvals:decide"
-	ScopeAdmin           = "admin"
+	// The MCP gateway: mcp:admin (never held by an agent principal)
+	// manages connectors, virtual servers, grants and tool approvals;
+	// mcp:use calls the virtual servers granted to the key's principal.
+	ScopeMCPAdmin = "mcp:admin"
+	ScopeMCPUse   = "mcp:use"
+	ScopeAdmin    = "admin"
 )
 
 // APIKey is an API key's public record; the secret is never returned after creation.

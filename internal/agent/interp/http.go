@@ -106,6 +106,17 @@ func (s *Service) serveExecute(w http.ResponseWriter, r *http.Request) {
 			c, err = s.Default(u, explicit, q.Language)
 		}
 	}
+	var un *UnavailableError
+	if errors.As(err, &un) {
+		// As a missing TypeScript compiler is: the run's error, which
+		// E2B's SDK shows as execution.error (a status would lose the
+		// message).
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(Event{Type: "error", Name: un.Name(), Value: un.Message, Traceback: un.Name() + ": " + un.Message})
+		enc.Encode(Event{Type: "end_of_execution"})
+		return
+	}
 	if err != nil {
 		fail(w, err)
 		return

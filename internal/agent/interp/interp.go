@@ -10,8 +10,9 @@
 //	POST   /contexts/{id}/restart  a fresh interpreter, state lost
 //	DELETE /contexts/{id}
 //
-// There is no Jupyter: the drivers (driver.py, driver.js, driver.sh) are
-// embedded in the agent and passed on the interpreter's command line; they
+// There is no Jupyter: the drivers (driver.py, driver.js, driver.sh,
+// driver.R, driver.java) are embedded in the agent and passed on the
+// interpreter's command line (R and Java through a small bash starter); they
 // read commands on fd 3 and write JSON events on fd 4, while fd 1 and 2 carry
 // raw output (a subprocess's) to the agent.
 //
@@ -27,6 +28,7 @@ package interp
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
@@ -52,9 +54,29 @@ var jsDriver string
 //go:embed driver.sh
 var bashDriver string
 
+//go:embed driver.R
+var rDriver string
+
+//go:embed driver_r.sh
+var rStarter string
+
+//go:embed driver.java
+var javaDriver string
+
+//go:embed driver_java.sh
+var javaStarter string
+
+// javaTag names the compiled Java driver in a user's cache (driver_java.sh):
+// a new driver compiles anew.
+var javaTag = func() string {
+	h := sha256.Sum256([]byte(javaDriver + javaStarter))
+	return hex.EncodeToString(h[:8])
+}()
+
 // Tunables (variables so tests can shorten them).
 var (
 	startTimeout   = 15 * time.Second       // interpreter start until its ready event
+	slowStart      = 90 * time.Second       // the same for R and Java (a JVM compiling its driver on a loaded machine)
 	interruptGrace = 2 * time.Second        // after SIGINT, until the interpreter is replaced
 	syncWait       = 500 * time.Millisecond // after done, for the raw-output sync marks
 	jsTimeoutSlack = 2 * time.Second        // node's own vm timeout goes first
@@ -66,7 +88,12 @@ const (
 	JavaScript = "javascript"
 	TypeScript = "typescript"
 	Bash       = "bash"
+	R          = "r"
+	Java       = "java"
 )
+
+// supported lists the languages for error messages.
+const supported = "python, javascript, typescript, bash, r, java"
 
 // Normalize maps a language name or alias to one of the languages, or "" if
 // unsupported. The empty name is Python.
@@ -80,6 +107,10 @@ func Normalize(lang string) string {
 		return TypeScript
 	case "bash", "sh", "shell":
 		return Bash
+	case "r":
+		return R
+	case "java":
+		return Java
 	}
 	return ""
 }
@@ -204,7 +235,7 @@ var ErrBadRequest = errors.New("bad request")
 func (s *Service) Create(user *sysuser.User, asUser bool, language, cwd string) (*Context, error) {
 	lang := Normalize(language)
 	if lang == "" {
-		return nil, fmt.Errorf("%w: unsupported language %q (python, javascript, typescript, bash)", ErrBadRequest, language)
+		return nil, fmt.Errorf("%w: unsupported language %q (%s)", ErrBadRequest, language, supported)
 	}
 	if cwd == "" {
 		cwd = user.Home
@@ -254,7 +285,7 @@ func (s *Service) StartDefaults(user *sysuser.User) {
 func (s *Service) Default(user *sysuser.User, asUser bool, language string) (*Context, error) {
 	lang := Normalize(language)
 	if lang == "" {
-		return nil, fmt.Errorf("%w: unsupported language %q (python, javascript, typescript, bash)", ErrBadRequest, language)
+		return nil, fmt.Errorf("%w: unsupported language %q (%s)", ErrBadRequest, language, supported)
 	}
 	key := lang // interpreters that run as root: one default per language
 	if asUser || s.cfg.AsActingUser {
@@ -362,6 +393,10 @@ func (c *Context) argv() []string {
 		return []string{"python3", "-u", "-c", pythonDriver}
 	case JavaScript, TypeScript:
 		return []string{"node", "-e", jsDriver}
+	case R:
+		return []string{"bash", "--noprofile", "--norc", "-c", rStarter, "warden-r", rDriver}
+	case Java:
+		return []string{"bash", "--noprofile", "--norc", "-c", javaStarter, "warden-java", javaDriver, javaTag}
 	default:
 		return []string{"bash", "--noprofile", "--norc", "-c", bashDriver}
 	}
@@ -388,7 +423,16 @@ func (c *Context) kernel() (*kernel, error) {
 	for k, v := range c.svc.cfg.Env {
 		env[k] = v
 	}
-	k, err := startKernel(c.svc.cfg.Procs, process.ChildSpec{User: c.user, Argv: c.argv(), Env: env, Cwd: c.info.Cwd})
+	wait := startTimeout
+	if c.info.Language == R || c.info.Language == Java {
+		wait = max(wait, slowStart)
+	}
+	k, err := startKernel(c.svc.cfg.Procs, process.ChildSpec{User: c.user, Argv: c.argv(), Env: env, Cwd: c.info.Cwd}, wait)
+	var un *UnavailableError
+	if errors.As(err, &un) {
+		un.Language = c.info.Language
+		return nil, un
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start %s interpreter: %w", c.info.Language, err)
 	}
@@ -614,6 +658,9 @@ func (c *Context) waitMarks(k *kernel) {
 }
 
 func (c *Context) command(req RunRequest) ([]byte, error) {
+	if c.info.Language == R || c.info.Language == Java {
+		return hexCommand(c.info.Language, req)
+	}
 	if c.info.Language == Bash {
 		if strings.ContainsRune(req.Code, 0) {
 			return nil, fmt.Errorf("%w: bash code may not contain NUL bytes", ErrBadRequest)
@@ -650,6 +697,59 @@ func (c *Context) command(req RunRequest) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// hexCommand is a run for the R and Java drivers, which have no JSON
+// parser: one line of space-separated fields, each "x" and the hex of a
+// string: the code, then the run's environment as name, value pairs.
+func hexCommand(lang string, req RunRequest) ([]byte, error) {
+	if lang == R && strings.ContainsRune(req.Code, 0) {
+		return nil, fmt.Errorf("%w: r code may not contain NUL bytes", ErrBadRequest)
+	}
+	var b strings.Builder
+	field := func(s string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteByte('x')
+		b.WriteString(hex.EncodeToString([]byte(s)))
+	}
+	field(req.Code)
+	keys := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !validName(k) || strings.ContainsRune(req.Env[k], 0) {
+			return nil, fmt.Errorf("%w: invalid environment variable %q", ErrBadRequest, k)
+		}
+		field(k)
+		field(req.Env[k])
+	}
+	b.WriteByte('\n')
+	return []byte(b.String()), nil
+}
+
+// UnavailableError is a context whose interpreter is not installed in the
+// sandbox (R or Java). A run through /execute reports it as the run's
+// error, named as TypeScriptUnavailable is (RUnavailable, JavaUnavailable).
+type UnavailableError struct {
+	Language string
+	Message  string
+}
+
+func (e *UnavailableError) Error() string { return e.Message }
+
+// Name is the error's name in a run's error event.
+func (e *UnavailableError) Name() string {
+	switch e.Language {
+	case R:
+		return "RUnavailable"
+	case Java:
+		return "JavaUnavailable"
+	}
+	return "InterpreterUnavailable"
 }
 
 func validName(k string) bool {

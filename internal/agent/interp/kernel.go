@@ -24,11 +24,12 @@ var syncMark = []byte("\x00\x1bwarden-sync\x00")
 
 // kernel is one interpreter process of a context.
 type kernel struct {
-	child *process.Child
-	ready chan struct{} // closed on the driver's ready event
-	dead  chan struct{} // closed when the event pipe ends (the process is gone)
-	done  chan frame    // the driver's done events
-	marks chan struct{} // one per sync mark read on fd 1 or fd 2
+	child       *process.Child
+	ready       chan struct{} // closed on the driver's ready event
+	unavailable string        // the driver's unavailable event: its interpreter is not installed
+	dead        chan struct{} // closed when the event pipe ends (the process is gone)
+	done        chan frame    // the driver's done events
+	marks       chan struct{} // one per sync mark read on fd 1 or fd 2
 
 	mu   sync.Mutex
 	sink func(Event) // the current run's; nil between runs
@@ -38,10 +39,11 @@ type kernel struct {
 type frame struct {
 	Type     string `json:"type"`
 	ExitCode *int   `json:"exit_code,omitempty"`
+	Value    string `json:"value,omitempty"`
 	raw      []byte
 }
 
-func startKernel(procs *process.Service, spec process.ChildSpec) (*kernel, error) {
+func startKernel(procs *process.Service, spec process.ChildSpec, wait time.Duration) (*kernel, error) {
 	c, err := procs.StartChild(spec)
 	if err != nil {
 		return nil, err
@@ -61,10 +63,13 @@ func startKernel(procs *process.Service, spec process.ChildSpec) (*kernel, error
 		return k, nil
 	case <-k.dead:
 		k.child.Close()
+		if k.unavailable != "" {
+			return nil, &UnavailableError{Message: k.unavailable}
+		}
 		return nil, fmt.Errorf("interpreter %s exited at start (%s)", spec.Argv[0], describe(c))
-	case <-time.After(startTimeout):
+	case <-time.After(wait):
 		k.child.Close()
-		return nil, fmt.Errorf("interpreter %s did not start within %s", spec.Argv[0], startTimeout)
+		return nil, fmt.Errorf("interpreter %s did not start within %s", spec.Argv[0], wait)
 	}
 }
 
@@ -108,6 +113,8 @@ func (k *kernel) readEvents() {
 				switch f.Type {
 				case "ready":
 					readyOnce()
+				case "unavailable":
+					k.unavailable = f.Value // read by startKernel after dead is closed
 				case "done":
 					select {
 					case k.done <- f:

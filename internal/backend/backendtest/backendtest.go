@@ -158,6 +158,7 @@ var suite = []struct {
 	{"Probes", true, testProbes},
 	{"Limits", true, testLimits},
 	{"Pause", false, testPause},
+	{"ColdRestart", false, testColdRestart},
 	{"Fork", false, testFork},
 	{"Recover", false, testRecover},
 	{"Teardown", false, testTeardown},
@@ -169,7 +170,7 @@ func Run(t *testing.T, f Factory) { run(t, f, true, true) }
 
 // RunNonIsolation runs the tests of what a backend does rather than how it
 // isolates: lifecycle, exec, stdin, signals, background processes, PTY,
-// files, watch, pause and fork where the backend declares them, restart
+// files, watch, pause, cold restart and fork where the backend declares them, restart
 // recovery and teardown. A backend without isolation (the fake) passes it.
 func RunNonIsolation(t *testing.T, f Factory) { run(t, f, true, false) }
 

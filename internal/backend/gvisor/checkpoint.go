@@ -626,6 +626,18 @@ func (b *Backend) rebuild(ctx context.Context, id string) error {
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
+	if b.hasFSCheckpoint(id) {
+		// Stopped with its files kept (coldrestart.go): Restart mounts a
+		// disk image again.
+		if err := b.releaseUpper(id, bx.state); err != nil {
+			b.cleanup(context.WithoutCancel(ctx), bx.state, id)
+			b.forget(bx)
+			return fmt.Errorf("rebuild: %w", err)
+		}
+		bx.state.Kept = true
+		b.saveState(bx)
+		return nil
+	}
 	bx.started = true
 	if err := plantControl(bx.state.control()); err != nil {
 		b.cleanup(context.WithoutCancel(ctx), bx.state, id)

@@ -111,7 +111,8 @@
 // Spec.Uppers (capturing the writable layer for template builds) is refused:
 // Capabilities.CaptureUpper is false. Spec.RootCaps is honoured (root keeps
 // those capabilities inside gVisor's kernel). Pause, resume and fork with
-// memory are in checkpoint.go.
+// memory are in checkpoint.go; the filesystem-only pause (backend.Restarter)
+// is in coldrestart.go.
 //
 // # Network
 //
@@ -350,8 +351,7 @@ type Backend struct {
 	disk    *diskimg.Pool // nil: no image per sandbox (see Config.DiskDir)
 	diskErr error         // why not, when DiskDir was set
 
-	mu    sync.Mutex
-	boxes map[string]*box
+	boxes hostproc.Table[*box] // the live sandboxes
 }
 
 // box is the live state of one sandbox.
@@ -370,6 +370,9 @@ type box struct {
 	// sandbox is checkpointed (paused with no sentry at all).
 	exited chan struct{}
 	onDisk atomic.Bool
+	// fsRestore, while Restart boots the sandbox, is the filesystem
+	// checkpoint its writable layer is restored from (coldrestart.go).
+	fsRestore string
 
 	cgMu sync.Mutex
 	cg   *cgroup.Group
@@ -397,6 +400,10 @@ type handleData struct {
 	// OnDisk: the sandbox is checkpointed in Dir/checkpoint and has no
 	// process on the host.
 	OnDisk bool `json:"on_disk,omitempty"`
+	// Kept: StopKeep stopped the sandbox; its writable layer is the
+	// filesystem checkpoint in CheckpointDir/<id> and nothing of it runs
+	// (coldrestart.go).
+	Kept bool `json:"kept,omitempty"`
 }
 
 // New builds the backend.
@@ -435,7 +442,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: sbinit.EncodeProgram(prog), boxes: map[string]*box{}}
+	b := &Backend{cfg: cfg, runsc: rp, agent: agentPath, seccomp: sbinit.EncodeProgram(prog)}
 	if cfg.DiskDir != "" {
 		if b.disk, err = diskimg.New(cfg.DiskDir); err != nil {
 			b.disk, b.diskErr = nil, err
@@ -524,10 +531,7 @@ func (b *Backend) PurgeDisks() error {
 	}
 	var errs []error
 	for _, id := range ids {
-		b.mu.Lock()
-		_, live := b.boxes[id]
-		b.mu.Unlock()
-		if live {
+		if b.boxes.Live(id) {
 			continue
 		}
 		if err := b.disk.Remove(id, handleData{Dir: filepath.Join(b.cfg.RunDir, id)}.upper()); err != nil {
@@ -579,7 +583,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, Events: true, Network: backend.NetworkBeforeStart, NeedsRoot: true}
+	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, Events: true, Network: backend.NetworkBeforeStart, NeedsRoot: true, ColdRestart: true}
 }
 
 // Paths of a sandbox's run directory.
@@ -657,13 +661,7 @@ func (b *Backend) handle(bx *box) backend.Handle {
 }
 
 func (b *Backend) lookup(h backend.Handle) (*box, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bx, ok := b.boxes[h.ID]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", h.ID, backend.ErrNotFound)
-	}
-	return bx, nil
+	return b.boxes.Lookup(h.ID)
 }
 
 // Create implements backend.Backend.
@@ -683,14 +681,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 	if _, err := caps.ByName(spec.RootCaps); err != nil {
 		return h, fmt.Errorf("%w: %w", backend.ErrInvalidSpec, err)
 	}
-	b.mu.Lock()
-	if _, dup := b.boxes[spec.ID]; dup {
-		b.mu.Unlock()
+	bx := &box{id: spec.ID, spec: spec, pidfd: -1, done: make(chan struct{}), gone: make(chan struct{})}
+	if !b.boxes.Reserve(spec.ID, bx) {
 		return h, fmt.Errorf("%w: id %s already in use", backend.ErrInvalidSpec, spec.ID)
 	}
-	bx := &box{id: spec.ID, spec: spec, pidfd: -1, done: make(chan struct{}), gone: make(chan struct{})}
-	b.boxes[spec.ID] = bx
-	b.mu.Unlock()
 	defer func() {
 		if err != nil {
 			b.cleanup(context.WithoutCancel(ctx), bx.state, bx.id)
@@ -847,11 +841,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 // forget drops a box from the table.
 func (b *Backend) forget(bx *box) {
 	bx.goneOnce.Do(func() { close(bx.gone) })
-	b.mu.Lock()
-	if b.boxes[bx.id] == bx {
-		delete(b.boxes, bx.id)
-	}
-	b.mu.Unlock()
+	b.boxes.Delete(bx.id, bx)
 }
 
 // stale reports whether anything of an earlier sandbox id is left: its run
@@ -934,7 +924,7 @@ func (b *Backend) Start(ctx context.Context, h backend.Handle) (backend.Handle, 
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	if bx.started {
+	if bx.started || bx.state.Kept {
 		return h, fmt.Errorf("%s: %w", bx.id, backend.ErrAlreadyStart)
 	}
 	if err := b.start(ctx, bx); err != nil {
@@ -962,7 +952,11 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	defer logf.Close()
 	// The sandbox inherits stdout and stderr: the agent's log.
 	args := append(append([]string{}, r.flags...), "--log="+filepath.Join(st.Dir, "runsc.log"),
-		"create", "--pid-file="+st.pidFile(), "--bundle", st.bundle(), bx.id)
+		"create", "--pid-file="+st.pidFile(), "--bundle", st.bundle())
+	if bx.fsRestore != "" {
+		args = append(args, "--fs-restore-image-path="+bx.fsRestore)
+	}
+	args = append(args, bx.id)
 	cmd := exec.CommandContext(sctx, r.path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"
@@ -1227,6 +1221,9 @@ func (b *Backend) Status(ctx context.Context, h backend.Handle) (backend.State, 
 	if err != nil {
 		return "", err
 	}
+	if bx.state.Kept {
+		return backend.StateStopped, nil
+	}
 	if bx.state.Pid == 0 && !bx.onDisk.Load() {
 		return backend.StateCreated, nil
 	}
@@ -1388,13 +1385,9 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 		return fmt.Errorf("%s: unreadable handle: %w", h.ID, backend.ErrLost)
 	}
 	bx := &box{id: h.ID, state: st, pidfd: -1, done: make(chan struct{}), gone: make(chan struct{}), started: true}
-	b.mu.Lock()
-	if _, dup := b.boxes[h.ID]; dup {
-		b.mu.Unlock()
+	if !b.boxes.Reserve(h.ID, bx) {
 		return nil // already attached
 	}
-	b.boxes[h.ID] = bx
-	b.mu.Unlock()
 
 	lost := func(reason string) error {
 		if bx.pidfd >= 0 {
@@ -1414,7 +1407,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	}
 	// Checkpointed and its run directory gone (a host reboot): rebuild it
 	// from the checkpoint.
-	if _, err := os.Stat(st.Dir); errors.Is(err, os.ErrNotExist) && b.hasCheckpoint(h.ID) {
+	if _, err := os.Stat(st.Dir); errors.Is(err, os.ErrNotExist) && (b.hasCheckpoint(h.ID) || b.hasFSCheckpoint(h.ID)) {
 		b.forget(bx)
 		if err := b.rebuild(ctx, h.ID); err != nil {
 			return fmt.Errorf("%s: %w: %w", h.ID, err, backend.ErrLost)
@@ -1429,6 +1422,14 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 			st = ds
 			bx.state = ds
 		}
+	}
+	// Stopped with its files kept, or a stop or restart a crash
+	// interrupted once the files were saved (coldrestart.go).
+	if st.Kept || b.hasFSCheckpoint(h.ID) {
+		if err := b.recoverKept(ctx, bx); err != nil {
+			return lost(err.Error())
+		}
+		return nil
 	}
 	if st.OnDisk || b.hasCheckpoint(h.ID) {
 		if err := b.recoverOnDisk(ctx, bx); err != nil {
@@ -1532,29 +1533,27 @@ func (b *Backend) ReadHandle(id string) (backend.Handle, error) {
 // Orphans lists sandbox directories under the run dir that no live sandbox
 // owns (for cleanup after a crash when the store lost their handles).
 func (b *Backend) Orphans() ([]string, error) {
-	ents, err := os.ReadDir(b.cfg.RunDir)
+	// The backend's own names in the run directory (.runsc, the agent
+	// copy) are no sandbox id: the scan skips them.
+	dirs, err := b.boxes.Orphans(b.cfg.RunDir, "")
 	if err != nil {
-		return nil, fmt.Errorf("read run dir: %w", err)
+		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []string
 	seen := map[string]bool{}
-	for _, e := range ents {
-		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() && !strings.HasPrefix(e.Name(), ".") &&
-			filepath.Join(b.cfg.RunDir, e.Name()) != filepath.Clean(b.cfg.CheckpointDir) {
-			out = append(out, e.Name())
-			seen[e.Name()] = true
+	for _, id := range dirs {
+		if filepath.Join(b.cfg.RunDir, id) != filepath.Clean(b.cfg.CheckpointDir) {
+			out = append(out, id)
+			seen[id] = true
 		}
 	}
 	// Checkpoints of sandboxes nobody owns (their run directory went with
-	// a reboot).
-	cps, _ := os.ReadDir(b.cfg.CheckpointDir)
-	for _, e := range cps {
-		name := strings.TrimSuffix(e.Name(), ".new")
-		if _, ok := b.boxes[name]; !ok && e.IsDir() && !seen[name] && !strings.HasPrefix(name, ".") {
-			out = append(out, name)
-			seen[name] = true
+	// a reboot), and ones being written (id.new).
+	cps, _ := b.boxes.Orphans(b.cfg.CheckpointDir, ".new")
+	for _, id := range cps {
+		if !seen[id] {
+			out = append(out, id)
+			seen[id] = true
 		}
 	}
 	return out, nil
@@ -1563,11 +1562,7 @@ func (b *Backend) Orphans() ([]string, error) {
 // Purge frees whatever is left of sandbox id on the host when no handle for
 // it can be read.
 func (b *Backend) Purge(ctx context.Context, id string) error {
-	b.mu.Lock()
-	_, live := b.boxes[id]
-	b.mu.Unlock()
-	if live || id == "" || strings.ContainsAny(id, "/.") {
-		return nil
-	}
-	return errors.Join(b.cleanup(ctx, handleData{Dir: filepath.Join(b.cfg.RunDir, id), Cgroup: cgroupName(id)}, id), b.dropCheckpoint(id))
+	return b.boxes.Purge(id, func(id string) error {
+		return errors.Join(b.cleanup(ctx, handleData{Dir: filepath.Join(b.cfg.RunDir, id), Cgroup: cgroupName(id)}, id), b.dropCheckpoint(id))
+	})
 }

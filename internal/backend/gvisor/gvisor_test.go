@@ -88,6 +88,12 @@ func leftovers(t *testing.T, id string) []string {
 	if _, err := os.Stat(filepath.Join(diskDir(), id+".img")); err == nil {
 		left = append(left, "disk image "+filepath.Join(diskDir(), id+".img"))
 	}
+	// A checkpoint, of a pause or of a stop that kept the files.
+	for _, p := range []string{filepath.Join(runDir, "checkpoints", id), filepath.Join(runDir, "checkpoints", id+".new")} {
+		if _, err := os.Stat(p); err == nil {
+			left = append(left, "checkpoint "+p)
+		}
+	}
 	cg := "gv-" + id
 	matches, _ := filepath.Glob("/sys/fs/cgroup/*/warden/" + cg)
 	left = append(left, matches...)

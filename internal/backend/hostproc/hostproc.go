@@ -1,7 +1,9 @@
 // Package hostproc holds what the backends that run sandboxes as host
 // processes (native, gvisor) share: finding the warden-agent binary, a
-// process's identity across pid reuse (its start time), and the handle file
-// each sandbox's run directory keeps for recovery.
+// process's identity across pid reuse (its start time), the handle file
+// each sandbox's run directory keeps for recovery, and the table of live
+// sandboxes with the run-directory orphan scan (table.go); the cleanup of
+// one sandbox stays in each backend.
 package hostproc
 
 import (

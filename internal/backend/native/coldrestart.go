@@ -122,11 +122,7 @@ func (b *Backend) keep(bx *box, spec backend.Spec) *box {
 	bx.mu.Lock()
 	nb.cg = bx.cg
 	bx.mu.Unlock()
-	b.mu.Lock()
-	if b.boxes[bx.id] == bx {
-		b.boxes[bx.id] = nb
-	}
-	b.mu.Unlock()
+	b.boxes.Replace(bx.id, bx, nb)
 	b.saveState(nb)
 	return nb
 }

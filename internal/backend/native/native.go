@@ -143,9 +143,10 @@ type Backend struct {
 
 	sudo sudoSource // the source of sandboxes' sudo (sudo.go)
 
-	mu    sync.Mutex
+	boxes hostproc.Table[*box] // the live sandboxes
+
+	mu    sync.Mutex     // guards slots; taken before boxes' own lock
 	slots map[int]string // uid slot -> sandbox id
-	boxes map[string]*box
 }
 
 // box is the live state of one sandbox.
@@ -218,7 +219,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, agent: agentPath, seccomp: sbinit.EncodeProgram(prog), slots: map[int]string{}, boxes: map[string]*box{}}
+	b := &Backend{cfg: cfg, agent: agentPath, seccomp: sbinit.EncodeProgram(prog), slots: map[int]string{}}
 	if cfg.DiskDir != "" {
 		if b.disk, err = diskimg.New(cfg.DiskDir); err != nil {
 			b.disk, b.diskErr = nil, err
@@ -277,10 +278,7 @@ func (b *Backend) PurgeDisks() {
 		return
 	}
 	for _, id := range ids {
-		b.mu.Lock()
-		_, live := b.boxes[id]
-		b.mu.Unlock()
-		if _, err := os.Stat(filepath.Join(b.cfg.RunDir, id)); live || err == nil {
+		if _, err := os.Stat(filepath.Join(b.cfg.RunDir, id)); b.boxes.Live(id) || err == nil {
 			continue
 		}
 		b.removeDisk(id, filepath.Join(b.cfg.RunDir, id))
@@ -352,13 +350,7 @@ func (b *Backend) handle(bx *box) backend.Handle {
 }
 
 func (b *Backend) lookup(h backend.Handle) (*box, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bx, ok := b.boxes[h.ID]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", h.ID, backend.ErrNotFound)
-	}
-	return bx, nil
+	return b.boxes.Lookup(h.ID)
 }
 
 // Create implements backend.Backend.
@@ -380,8 +372,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 			return h, fmt.Errorf("%w: upper %s is not a directory", backend.ErrInvalidSpec, p)
 		}
 	}
+	bx := &box{id: spec.ID, spec: spec, pidfd: -1, done: make(chan struct{})}
 	b.mu.Lock()
-	if _, dup := b.boxes[spec.ID]; dup {
+	if !b.boxes.Reserve(spec.ID, bx) {
 		b.mu.Unlock()
 		return h, fmt.Errorf("%w: id %s already in use", backend.ErrInvalidSpec, spec.ID)
 	}
@@ -393,12 +386,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 		}
 	}
 	if slot < 0 {
+		b.boxes.Delete(spec.ID, bx)
 		b.mu.Unlock()
 		return h, fmt.Errorf("no free uid range: %d sandboxes already exist", b.cfg.MaxSandboxes)
 	}
 	b.slots[slot] = spec.ID
-	bx := &box{id: spec.ID, spec: spec, pidfd: -1, done: make(chan struct{})}
-	b.boxes[spec.ID] = bx
 	b.mu.Unlock()
 	defer func() {
 		if err != nil {
@@ -459,9 +451,7 @@ func (b *Backend) forget(bx *box) {
 		os.RemoveAll(bx.state.Dir)
 	}
 	b.mu.Lock()
-	if b.boxes[bx.id] == bx {
-		delete(b.boxes, bx.id)
-	}
+	b.boxes.Delete(bx.id, bx)
 	if id, ok := b.slots[bx.state.Slot]; ok && id == bx.id {
 		delete(b.slots, bx.state.Slot)
 	}
@@ -939,7 +929,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 	st = keptState(st) // coldrestart.go
 	bx := &box{id: h.ID, state: st, pidfd: -1, done: make(chan struct{}), started: true}
 	b.mu.Lock()
-	if _, dup := b.boxes[h.ID]; dup {
+	if b.boxes.Live(h.ID) {
 		b.mu.Unlock()
 		return nil // already attached
 	}
@@ -949,7 +939,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 		return fmt.Errorf("%s: uid slot taken by %s: %w", h.ID, owner, backend.ErrLost)
 	}
 	b.slots[st.Slot] = h.ID
-	b.boxes[h.ID] = bx
+	b.boxes.Reserve(h.ID, bx) // b.mu keeps Create from taking h.ID meanwhile
 	b.mu.Unlock()
 
 	reason := ""
@@ -1073,41 +1063,26 @@ func (b *Backend) Delete(ctx context.Context, h backend.Handle) error {
 // cgroup and run directory) when no handle for it can be read: a crash
 // between Create and the first saved handle.
 func (b *Backend) Purge(_ context.Context, id string) error {
-	b.mu.Lock()
-	_, live := b.boxes[id]
-	b.mu.Unlock()
-	if live || id == "" || strings.ContainsAny(id, "/.") {
+	return b.boxes.Purge(id, func(id string) error {
+		b.cleanupOrphan(handleData{Cgroup: "sb-" + id, Dir: filepath.Join(b.cfg.RunDir, id)})
+		// A v1 hierarchy the cgroup library does not manage (another tool,
+		// or an older Warden) may hold the sandbox's cgroup too: remove it
+		// where it is empty (rmdir refuses a cgroup that still has
+		// processes).
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/warden/sb-" + id)
+		for _, d := range dirs {
+			os.Remove(d)
+		}
 		return nil
-	}
-	b.cleanupOrphan(handleData{Cgroup: "sb-" + id, Dir: filepath.Join(b.cfg.RunDir, id)})
-	// A v1 hierarchy the cgroup library does not manage (another tool, or
-	// an older Warden) may hold the sandbox's cgroup too: remove it where
-	// it is empty (rmdir refuses a cgroup that still has processes).
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/warden/sb-" + id)
-	for _, d := range dirs {
-		os.Remove(d)
-	}
-	return nil
+	})
 }
 
 // Orphans lists sandbox directories under the run dir that no live sandbox
 // owns (for cleanup after a crash when the store lost their handles).
 func (b *Backend) Orphans() ([]string, error) {
-	ents, err := os.ReadDir(b.cfg.RunDir)
-	if err != nil {
-		return nil, fmt.Errorf("read run dir: %w", err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, e := range ents {
-		// Names starting with a dot are the backend's own (sudo.go's
-		// .sudo-fs); no sandbox id has one.
-		if _, ok := b.boxes[e.Name()]; !ok && e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
+	// The backend's own names there (sudo.go's .sudo-fs, the agent copy)
+	// are no sandbox id: the scan skips them.
+	return b.boxes.Orphans(b.cfg.RunDir, "")
 }
 
 // ReadHandle reads the handle a sandbox's directory recorded at start.

@@ -20,6 +20,7 @@ package ginit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -39,6 +40,7 @@ const (
 	ControlSocketName  = gwire.ControlSocketName
 	WatchdogSocketName = gwire.WatchdogSocketName
 	OOMFileName        = gwire.OOMFileName
+	RestartConfigName  = gwire.RestartConfigName
 )
 
 type (
@@ -49,6 +51,14 @@ type (
 func readConfig() (Config, error) {
 	var cfg Config
 	b, err := os.ReadFile(ConfigPath)
+	if errors.Is(err, os.ErrNotExist) {
+		// A boot on a kept writable layer (a cold restart): the removal
+		// below is in that layer, and the backend put the configuration
+		// in the control directory instead.
+		p := ControlDir + "/" + RestartConfigName
+		b, err = os.ReadFile(p)
+		os.Remove(p)
+	}
 	if err != nil {
 		return cfg, fmt.Errorf("read init config: %w", err)
 	}

@@ -193,8 +193,10 @@ func mountLayers(cfg Config) error {
 	if len(cfg.Mounts) == 0 {
 		return nil
 	}
-	if err := os.Mkdir(UpperDir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", UpperDir, err)
+	// A boot on a kept writable layer (a cold restart) finds the mount
+	// point of the last boot.
+	if err := mkdirNoFollow(UpperDir, 0o700); err != nil {
+		return err
 	}
 	opts := "mode=0700"
 	if cfg.UpperBytes > 0 {
@@ -441,7 +443,7 @@ func lockdown(cfg Config) error {
 // unthrottled account of the sandbox's memory. The hierarchy is unmounted
 // again: nothing in the sandbox can see or change the limit.
 func setupCgroup(pids int64) (*os.File, error) {
-	if err := os.Mkdir(pidsCgroup, 0o700); err != nil {
+	if err := mkdirNoFollow(pidsCgroup, 0o700); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
 	defer os.Remove(pidsCgroup)

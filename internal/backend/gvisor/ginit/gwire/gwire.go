@@ -43,6 +43,11 @@ const (
 	ControlSocketName  = "control.sock"
 	WatchdogSocketName = "watchdog.sock"
 	OOMFileName        = "oom_events"
+	// RestartConfigName, in ControlDir, is the configuration for a boot on
+	// a kept writable layer (the backend's cold restart), where the init's
+	// earlier removal of ConfigPath is part of the layer. The init removes
+	// it once read.
+	RestartConfigName = "config.json"
 )
 
 // Config is what the backend tells the init.
