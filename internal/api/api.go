@@ -374,6 +374,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/policies", action: "policy.create", scope: auth.ScopePoliciesWrite, audited: true, nokind: nkGovernance, h: s.createPolicy},
 		{pattern: "GET /v1/policies", action: "policy.list", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.listPolicies},
 		// A dry run also needs audit:read (checked inside): it shows audit events.
+		{pattern: "POST /v1/guard/test", action: "guard.test", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.guardTest},
 		{pattern: "POST /v1/policies/test", action: "policy.test", scope: auth.ScopePoliciesRead, audited: true, nokind: nkGovernance, h: s.testPolicy},
 		{pattern: "GET /v1/policies/{id}", action: "policy.get", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.getPolicy},
 		{pattern: "PUT /v1/policies/{id}", action: "policy.update", scope: auth.ScopePoliciesWrite, audited: true, nokind: nkGovernance, h: s.updatePolicy},

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -76,8 +77,37 @@ func (s *Server) fileTarget(r *http.Request) (*agentclient.Client, string, error
 	if op == "write" && r.ContentLength > 0 {
 		size = r.ContentLength
 	}
-	if err := s.decide(r, &govern.Action{File: govern.NewFile(op, p, "", size)}); err != nil {
+	a := &govern.Action{File: govern.NewFile(op, p, "", size)}
+	var head []byte
+	screened := st.action == "file.write" && s.cfg.Govern != nil && s.cfg.Govern.Guards(govern.KindFileWrite)
+	if screened {
+		// A guard screens written files: it sees the body's first
+		// govern.MaxGuardBody bytes (uploads stay streaming otherwise).
+		if head, err = io.ReadAll(io.LimitReader(r.Body, govern.MaxGuardBody+1)); err != nil {
+			return nil, "", apierr.BadRequest("read body: %v", err)
+		}
+		pl := &govern.Payload{Body: head}
+		if len(head) > govern.MaxGuardBody {
+			pl.Body, pl.Truncated = head[:govern.MaxGuardBody], true
+		}
+		a.Payload = pl
+	}
+	if err := s.decide(r, a); err != nil {
 		return nil, "", err
+	}
+	if screened {
+		rest := r.Body
+		if g := st.governed; len(g) > 0 && g[0].Decision.Masked != nil {
+			// The guard masked the body (it was read whole: a body over
+			// the limit is refused rather than masked in part).
+			st.detail["guard_masked"] = true
+			r.Body = io.NopCloser(bytes.NewReader(g[0].Decision.Masked))
+		} else {
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(head), rest), rest}
+		}
 	}
 	return agent, p, nil
 }

@@ -41,10 +41,11 @@ type policyBody struct {
 	Scope    govern.Scope                   `json:"scope"`
 	Rules    []govern.Rule                  `json:"rules"`
 	Defaults map[govern.Kind]govern.Outcome `json:"defaults"`
+	Guard    *govern.Guard                  `json:"guard"`
 }
 
 func (b policyBody) policy() govern.Policy {
-	return govern.Policy{ID: b.ID, Name: b.Name, Scope: b.Scope, Rules: b.Rules, Defaults: b.Defaults}
+	return govern.Policy{ID: b.ID, Name: b.Name, Scope: b.Scope, Rules: b.Rules, Defaults: b.Defaults, Guard: b.Guard}
 }
 
 // policyErr gives engine and store errors of a policy their answer.

@@ -325,7 +325,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.decide(r, &govern.Action{Exec: govern.NewExec(argv, q.Cwd, q.User, envKeys(q.Env))}); err != nil {
+	ea := &govern.Action{Exec: govern.NewExec(argv, q.Cwd, q.User, envKeys(q.Env))}
+	if len(q.Env) > 0 {
+		ea.Payload = &govern.Payload{Env: q.Env} // the guard screens env values (never recorded)
+	}
+	if err := s.decide(r, ea); err != nil {
 		return err
 	}
 

@@ -43,13 +43,15 @@ const (
 	// granted to the key's principal and binds its own credentials.
 	ScopeMCPAdmin Scope = "mcp:admin"
 	ScopeMCPUse   Scope = "mcp:use"
-	ScopeAdmin    Scope = "admin"
+	// ScopeLLMUse calls models through the LLM gateway (internal/llmgw).
+	ScopeLLMUse Scope = "llm:use"
+	ScopeAdmin  Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
 	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead,
-	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeAdmin,
+	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeLLMUse, ScopeAdmin,
 }
 
 // HumanOnly reports whether s may never be held by an agent principal:

@@ -20,8 +20,8 @@ func keysCreateCmd() *command {
 			"sandboxes:read, sandboxes:exec, sandboxes:delete, sandboxes:all, files:read,\n" +
 			"files:write, keys:manage, audit:read, templates:read, templates:write,\n" +
 			"secrets:read, secrets:write, metrics:read, policies:read, policies:write,\n" +
-			"approvals:decide, mcp:admin, mcp:use, admin (an agent's key never gets policies:write,\n" +
-			"approvals:decide or mcp:admin).",
+			"approvals:decide, mcp:admin, mcp:use, llm:use, admin (an agent's key never gets\n" +
+			"policies:write, approvals:decide or mcp:admin).",
 		examples: []string{
 			"warden keys create --principal ci-bot --name ci --scope sandboxes:create --scope files:read",
 			"warden keys create --name reader --scope sandboxes:read,files:read",

@@ -62,6 +62,8 @@ type Config struct {
 	Images ImagesConfig `yaml:"images"`
 	// MCP configures the MCP gateway's reach (docs/mcp.md).
 	MCP MCPConfig `yaml:"mcp"`
+	// LLM configures the LLM gateway (docs/llm.md).
+	LLM LLMConfig `yaml:"llm"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.

@@ -23,6 +23,8 @@ type GovernanceConfig struct {
 	// ApprovalWebhook, when its URL is set, is POSTed every new pending
 	// approval, signed with an HMAC of SecretFile's contents.
 	ApprovalWebhook WebhookConfig `yaml:"approval_webhook"`
+	// Middleware are JavaScript hooks run after the rules, in order.
+	Middleware []MiddlewareConfig `yaml:"middleware"`
 }
 
 // WebhookConfig is an outgoing webhook: where it goes and the file holding

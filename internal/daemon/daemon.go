@@ -33,6 +33,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/connguard"
 	"github.com/warden-sandbox/warden/internal/e2b"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/llmgw"
 	"github.com/warden-sandbox/warden/internal/mcpgw"
 	"github.com/warden-sandbox/warden/internal/mcpgw/hosted"
 	"github.com/warden-sandbox/warden/internal/network"
@@ -78,6 +79,7 @@ type daemon struct {
 	gov      *govern.Engine
 	egress   *egressActors  // the actors of sandboxes' egress, for the governed path
 	mcp      *mcpgw.Gateway // the MCP gateway (mcp.go)
+	llm      *llmgw.Gateway // the LLM gateway (llm.go)
 	hosted   *hosted.Runner // its hosted connectors
 }
 
@@ -126,6 +128,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	defer d.stopMCP()
+	if err := d.buildLLM(); err != nil {
+		return err
+	}
 	attached, lost, err := d.mgr.Recover(ctx)
 	if err != nil {
 		return err
@@ -350,7 +355,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 			return err
 		}
 	}
-	hs := &http.Server{Handler: bodies.Handler(d.withMCP(srv.Handler())), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: bodies.Handler(d.withLLM(d.withMCP(srv.Handler()))), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
 	var tcpAddr net.Addr

@@ -37,6 +37,13 @@ func (d *daemon) buildGovernance(ctx context.Context) error {
 		}
 		cfg.Announcer = &govern.Webhook{URL: w.URL, Secret: key}
 	}
+	mwStage, err := d.buildMiddleware()
+	if err != nil {
+		return fmt.Errorf("governance: %w", err)
+	}
+	if mwStage != nil {
+		cfg.After = append(cfg.After, mwStage)
+	}
 	e := govern.New(cfg)
 	if err := e.Load(ctx); err != nil {
 		return fmt.Errorf("governance: %w", err)

@@ -33,6 +33,7 @@ const (
 	KindPrincipalChange Kind = "principal.change"
 	KindMCPCall         Kind = "mcp.call"
 	KindMCPAdmin        Kind = "mcp.admin"
+	KindLLMCall         Kind = "llm.call"
 )
 
 // Surfaces: the door an action came through.
@@ -78,6 +79,7 @@ var kindTable = []kindSpec{
 	{KindPrincipalChange, "subject", reflect.TypeFor[PrincipalChange](), func(a *Action) any { return orZero(a.Subject) }},
 	{KindMCPCall, "mcp", reflect.TypeFor[MCPCall](), func(a *Action) any { return orZero(a.MCP) }},
 	{KindMCPAdmin, "mcp_admin", reflect.TypeFor[MCPAdmin](), func(a *Action) any { return orZero(a.MCPAdmin) }},
+	{KindLLMCall, "llm", reflect.TypeFor[LLMCall](), func(a *Action) any { return orZero(a.LLM) }},
 }
 
 // kinds indexes kindTable.
@@ -141,6 +143,11 @@ type Action struct {
 	Subject   *PrincipalChange `json:"subject,omitempty"`
 	MCP       *MCPCall         `json:"mcp,omitempty"`
 	MCPAdmin  *MCPAdmin        `json:"mcp_admin,omitempty"`
+	LLM       *LLMCall         `json:"llm,omitempty"`
+
+	// Payload is content the guard stage screens that is no attribute (a
+	// file write's body, an exec's environment values); never recorded.
+	Payload *Payload `json:"-"`
 
 	// Credential is the door's authenticated identity (for the native
 	// API, its *auth.Identity), opaque to this package: the access stage
@@ -372,6 +379,21 @@ type MCPCall struct {
 	DefHash string `json:"def_hash,omitempty"`
 }
 
+// LLMCall are the attributes of llm.call (CEL: llm): a model call through
+// the LLM gateway (internal/llmgw).
+type LLMCall struct {
+	Provider string `json:"provider"` // the configured provider's name
+	API      string `json:"api"`      // "chat", "embeddings", "responses" or "messages"
+	// Model is the model the client asked for; Upstream the provider's
+	// model it maps to (an alias resolved, else the same).
+	Model    string `json:"model"`
+	Upstream string `json:"upstream"`
+	Stream   bool   `json:"stream"`
+	// Tools are the names of the tools the request offers the model.
+	Tools     []string `json:"tools"`
+	MaxTokens int64    `json:"max_tokens"`
+}
+
 // NewExec describes a command line: Cmd and Args from argv, Argv joined,
 // and Shell when argv runs a shell with -c (sh, bash, dash, zsh, with
 // options such as -l before or combined with -c). Every door describes
@@ -501,6 +523,8 @@ func (a *Action) target() string {
 		return "mcp:" + a.MCP.Server + "/" + a.MCP.Name
 	case a.MCPAdmin != nil && a.SandboxID == "":
 		return "mcp:" + a.MCPAdmin.Object + "/" + a.MCPAdmin.ID
+	case a.LLM != nil && a.SandboxID == "":
+		return "llm:" + a.LLM.Provider + "/" + a.LLM.Model
 	}
 	if a.SandboxID == "" && a.Sandbox != nil {
 		return a.Sandbox.ID

@@ -118,7 +118,7 @@ func (l *AuditLog) Write(ctx context.Context, ev AuditEvent) error {
 	var raw json.RawMessage
 	if len(detail) > 0 {
 		if b, err := json.Marshal(detail); err == nil {
-			raw = b
+			raw = scrubFound(b, ev.Governed)
 		} else {
 			l.log.Error("encode audit event detail", "request_id", ev.RequestID, "action", ev.Name, "err", err)
 		}

@@ -117,6 +117,7 @@ type compiledRule struct {
 type compiledPolicy struct {
 	Policy
 	rules []*compiledRule
+	guard *compiledGuard // nil without a guard section
 }
 
 // compile checks and compiles a policy's rules. Errors name the rule and
@@ -143,6 +144,13 @@ func compile(p Policy, costLimit uint64) (*compiledPolicy, error) {
 			cr.prg, cr.loops = prg, loops
 		}
 		cp.rules = append(cp.rules, cr)
+	}
+	if p.Guard != nil {
+		g, err := compileGuard(p.Guard, cp)
+		if err != nil {
+			return nil, err
+		}
+		cp.guard = g
 	}
 	return cp, nil
 }

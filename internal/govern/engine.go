@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,13 @@ type Decision struct {
 	// Skipped lists allow and log_only rules whose condition failed to
 	// evaluate and that were skipped ("policy/rule: error").
 	Skipped []string `json:"skipped,omitempty"`
+	// Findings are the guard stage's findings (detector, kind, where;
+	// never the value), also when it let the action through.
+	Findings []GuardFinding `json:"findings,omitempty"`
+	// Masked, when set, is the action's payload with the guard's
+	// findings masked, which the door uses instead of the original: a
+	// file write's body, or an mcp.call's arguments (a JSON object).
+	Masked []byte `json:"-"`
 
 	approvers []string // of the require_approval rule
 }
@@ -194,6 +202,10 @@ func New(cfg Config) *Engine {
 		e.stages = append(e.stages, cfg.Access)
 	}
 	e.stages = append(e.stages, StageFunc("rules", e.evalRules))
+	// The built-in guard stage, unless the config brings its own.
+	if !slices.ContainsFunc(cfg.After, func(s Stage) bool { return s.Name() == "guard" }) {
+		e.stages = append(e.stages, StageFunc("guard", e.guardStage))
+	}
 	e.stages = append(e.stages, cfg.After...)
 	e.rules.Store(newRuleSet(nil))
 	return e
@@ -225,6 +237,8 @@ func (e *Engine) Decide(ctx context.Context, a *Action) (Decision, error) {
 	}
 	result := Decision{Outcome: Allow}
 	var held, logged *Decision
+	var findings []GuardFinding
+	var masked []byte
 	for _, st := range e.stages {
 		d, err := st.Check(ctx, a)
 		d.Stage = st.Name()
@@ -232,8 +246,15 @@ func (e *Engine) Decide(ctx context.Context, a *Action) (Decision, error) {
 			d.Outcome = Deny
 			return d, err
 		}
+		if d.Findings != nil {
+			findings = append(findings, d.Findings...)
+		}
+		if d.Masked != nil {
+			masked = d.Masked
+		}
 		switch d.Outcome {
 		case Deny:
+			d.Findings = findings
 			return d, nil
 		case RequireApproval:
 			if held == nil {
@@ -252,11 +273,17 @@ func (e *Engine) Decide(ctx context.Context, a *Action) (Decision, error) {
 	}
 	switch {
 	case held != nil:
+		held.Findings, held.Masked = findings, nil
 		return e.hold(ctx, a, *held)
 	case logged != nil:
+		logged.Findings, logged.Masked = findings, masked
 		return *logged, nil
 	}
 	result.Outcome = Allow
+	result.Findings, result.Masked = findings, masked
+	if masked != nil && result.Message == "" {
+		result.Message = "content masked by the guard"
+	}
 	return result, nil
 }
 
@@ -295,6 +322,7 @@ func (e *Engine) DecideWait(ctx context.Context, a *Action, hold time.Duration) 
 type ruleSet struct {
 	policies []*compiledPolicy
 	byKind   map[Kind]*kindRules
+	guards   map[string][]*compiledGuard // by guard target
 }
 
 // kindRules are the rules of one kind in evaluation order: every deny rule
@@ -306,7 +334,7 @@ type kindRules struct {
 }
 
 func newRuleSet(ps []*compiledPolicy) *ruleSet {
-	rs := &ruleSet{policies: ps, byKind: map[Kind]*kindRules{}}
+	rs := &ruleSet{policies: ps, byKind: map[Kind]*kindRules{}, guards: guardsByTarget(ps)}
 	add := func(k Kind, r *compiledRule) {
 		kr := rs.byKind[k]
 		if kr == nil {

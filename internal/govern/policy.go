@@ -120,6 +120,9 @@ type Policy struct {
 	// Defaults decide a kind when no rule matches; the key "*" stands for
 	// every kind without its own entry.
 	Defaults map[Kind]Outcome `json:"defaults,omitempty" yaml:"defaults,omitempty"`
+	// Guard screens the content of the actions it targets (guard.go,
+	// docs/guardrails.md); nil: none.
+	Guard *Guard `json:"guard,omitempty" yaml:"guard,omitempty"`
 
 	CreatedAt time.Time `json:"created_at,omitzero" yaml:"-"`
 	CreatedBy string    `json:"created_by,omitempty" yaml:"-"`
@@ -247,6 +250,9 @@ func (p *Policy) Validate() error {
 			}
 		}
 	}
+	if p.Guard != nil {
+		errs = p.Guard.validate(errs)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: policy %s: %s", ErrInvalidPolicy, p.ID, strings.Join(errs, "; "))
 	}
@@ -257,6 +263,7 @@ func (p *Policy) Validate() error {
 type document struct {
 	Rules    []Rule           `json:"rules"`
 	Defaults map[Kind]Outcome `json:"defaults,omitempty"`
+	Guard    *Guard           `json:"guard,omitempty"`
 }
 
 func (p *Policy) document() (json.RawMessage, error) {
@@ -264,7 +271,7 @@ func (p *Policy) document() (json.RawMessage, error) {
 	if rules == nil {
 		rules = []Rule{}
 	}
-	return json.Marshal(document{Rules: rules, Defaults: p.Defaults})
+	return json.Marshal(document{Rules: rules, Defaults: p.Defaults, Guard: p.Guard})
 }
 
 func (p *Policy) setDocument(b json.RawMessage) error {
@@ -272,6 +279,6 @@ func (p *Policy) setDocument(b json.RawMessage) error {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return fmt.Errorf("policy %s: decode document: %w", p.ID, err)
 	}
-	p.Rules, p.Defaults = d.Rules, d.Defaults
+	p.Rules, p.Defaults, p.Guard = d.Rules, d.Defaults, d.Guard
 	return nil
 }

@@ -302,8 +302,29 @@ func TestPassthroughOnlyWhatUpstreamsOffer(t *testing.T) {
 	if caps.Prompts != nil || caps.Resources != nil || caps.Completions != nil || caps.Tools == nil {
 		t.Fatalf("capabilities = %+v, want tools only", caps)
 	}
-	if _, err := cs.ListPrompts(context.Background(), nil); err == nil {
-		t.Fatal("prompts/list answered without prompts")
+	if got := promptNames(t, cs); len(got) != 0 {
+		t.Fatalf("prompts = %v, want none", got)
+	}
+	// An upstream with resources but neither completions nor
+	// subscriptions: the server advertises resources without them.
+	plain := mcp.NewServer(&mcp.Implementation{Name: "plain", Version: "1"}, nil)
+	plain.AddResource(&mcp.Resource{URI: "file:///p.txt", Name: "p"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "plain"}}}, nil
+	})
+	phs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return plain }, nil))
+	t.Cleanup(func() { phs.CloseClientConnections(); phs.Close() })
+	e.addRemote(t, "plain", phs.URL)
+	e.addServer(t, "plain", `{"connectors":[{"connector":"plain"}]}`, "agent-1")
+	ps := e.connect(t, agentKey, "plain", "2025-11-25", nil)
+	pc := ps.InitializeResult().Capabilities
+	if pc.Resources == nil || pc.Resources.Subscribe || pc.Completions != nil || pc.Prompts != nil {
+		t.Fatalf("capabilities = %+v (resources %+v), want resources without subscribe, no completions or prompts", pc, pc.Resources)
+	}
+	if got := readText(t, ps, "file:///p.txt"); got != "plain" {
+		t.Fatalf("read = %q", got)
+	}
+	if err := ps.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "file:///p.txt"}); err == nil {
+		t.Fatal("subscribed to a resource whose upstream offers no subscriptions")
 	}
 	rich := newRichUpstream(t, "a", "file:///a.txt")
 	e.addRemote(t, "rich", rich.hs.URL)

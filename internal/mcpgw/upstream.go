@@ -45,8 +45,8 @@ type catalog struct {
 	templates []*mcp.ResourceTemplate
 	caps      *mcp.ServerCapabilities // the upstream's (nil: builtin)
 	readAt    time.Time
-	version time.Time // the connector's UpdatedAt it was read for
-	stale   bool
+	version   time.Time // the connector's UpdatedAt it was read for
+	stale     bool
 }
 
 // upstreamSession is an open client session to an upstream.
@@ -55,6 +55,24 @@ type upstreamSession struct {
 	version time.Time // the connector's UpdatedAt it was opened for
 	mu      sync.Mutex
 	cs      *mcp.ClientSession
+	// done is closed when cs ends (the upstream went away: a hosted
+	// server's process or sandbox died, a remote server closed it); the
+	// next use opens a new session instead of failing on the dead one.
+	done chan struct{}
+}
+
+// live reports whether the session's connection is still open (s.mu
+// held).
+func (s *upstreamSession) live() bool {
+	if s.cs == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
 }
 
 func (s *upstreamSession) close() {
@@ -158,11 +176,11 @@ func (g *Gateway) upstreamCatalog(ctx context.Context, conn store.MCPConnector, 
 // new one); with retry, fn runs once more on a new session.
 func (g *Gateway) withSession(ctx context.Context, conn store.MCPConnector, principal string, b binding, retry bool, fn func(*mcp.ClientSession) error) error {
 	for attempt := 0; ; attempt++ {
-		s, err := g.session(ctx, conn, principal, b)
+		s, cs, err := g.session(ctx, conn, principal, b)
 		if err != nil {
 			return err
 		}
-		err = fn(s.cs)
+		err = fn(cs)
 		var werr *jsonrpc.Error
 		if err == nil || errors.As(err, &werr) || ctx.Err() != nil {
 			return err // the upstream answered (or the caller gave up)
@@ -174,13 +192,15 @@ func (g *Gateway) withSession(ctx context.Context, conn store.MCPConnector, prin
 	}
 }
 
-// session returns the open session of (conn, b), opening one.
-func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principal string, b binding) (*upstreamSession, error) {
+// session returns the open session of (conn, b), opening one, and its
+// client session, read under the session's lock (s.cs may change once it
+// is released: another call reopens or drops it).
+func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principal string, b binding) (*upstreamSession, *mcp.ClientSession, error) {
 	key := conn.ID + "\x00" + b.key
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return nil, errors.New("mcp gateway: closed")
+		return nil, nil, errors.New("mcp gateway: closed")
 	}
 	s := g.sessions[key]
 	if s == nil || !s.version.Equal(conn.UpdatedAt) {
@@ -193,12 +213,16 @@ func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principa
 	g.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.live() {
+		return s, s.cs, nil
+	}
 	if s.cs != nil {
-		return s, nil
+		s.cs.Close()
+		s.cs = nil
 	}
 	tr, err := g.transport(ctx, conn, principal, b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "warden-mcp-gateway", Version: version.Version}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -224,10 +248,16 @@ func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principa
 	defer cancel()
 	cs, err := client.Connect(cctx, tr, nil)
 	if err != nil {
-		return nil, fmt.Errorf("connect to connector %s: %w", conn.ID, err)
+		return nil, nil, fmt.Errorf("connect to connector %s: %w", conn.ID, err)
 	}
 	s.cs = cs
-	return s, nil
+	done := make(chan struct{})
+	s.done = done
+	go func() {
+		cs.Wait()
+		close(done)
+	}()
+	return s, cs, nil
 }
 
 // markStale makes the connector's lists be read again on next use (the

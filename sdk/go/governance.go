@@ -51,6 +51,54 @@ type PolicyWrite struct {
 	Scope    PolicyScope       `json:"scope" yaml:"scope"`
 	Rules    []Rule            `json:"rules,omitempty" yaml:"rules,omitempty"`
 	Defaults map[string]string `json:"defaults,omitempty" yaml:"defaults,omitempty"`
+	Guard    *PolicyGuard      `json:"guard,omitempty" yaml:"guard,omitempty"`
+}
+
+// PolicyGuard is a policy's guardrails: the detectors (secrets, pii,
+// injection) run over the content of the targeted actions (exec,
+// file.write, code.run, mcp.call, mcp.result; all when empty), and the
+// action on a finding: block, mask, flag or require_approval.
+type PolicyGuard struct {
+	Detectors  []string           `json:"detectors" yaml:"detectors"`
+	Targets    []string           `json:"targets,omitempty" yaml:"targets,omitempty"`
+	Thresholds map[string]float64 `json:"thresholds,omitempty" yaml:"thresholds,omitempty"`
+	Action     string             `json:"action" yaml:"action"`
+	Message    string             `json:"message,omitempty" yaml:"message,omitempty"`
+}
+
+// GuardTestRequest asks what the detectors find in Text or in the JSON
+// document JSON (give one); Detectors empty means all.
+type GuardTestRequest struct {
+	Text      *string         `json:"text,omitempty"`
+	JSON      json.RawMessage `json:"json,omitempty"`
+	Detectors []string        `json:"detectors,omitempty"`
+}
+
+// GuardFinding is one finding: never the matched value.
+type GuardFinding struct {
+	Detector   string  `json:"detector"`
+	Kind       string  `json:"kind"`
+	Target     string  `json:"target,omitempty"`
+	Where      string  `json:"where,omitempty"`
+	Start      int     `json:"start"`
+	End        int     `json:"end"`
+	Confidence float64 `json:"confidence"`
+	PolicyID   string  `json:"policy_id,omitempty"`
+	Action     string  `json:"action,omitempty"`
+}
+
+// GuardTestResult is the answer of TestGuard.
+type GuardTestResult struct {
+	Findings []GuardFinding `json:"findings"`
+}
+
+// TestGuard shows what the guard's detectors find (POST /v1/guard/test).
+func (c *Client) TestGuard(ctx context.Context, q GuardTestRequest) (GuardTestResult, error) {
+	var out GuardTestResult
+	if err := c.do(ctx, &request{method: http.MethodPost, path: "/v1/guard/test", json: q, idempotent: true}, &out); err != nil {
+		return out, fmt.Errorf("test guard: %w", err)
+	}
+	return out, nil
 }
 
 // Policy is a stored policy at one version.
@@ -61,6 +109,7 @@ type Policy struct {
 	Scope     PolicyScope       `json:"scope"`
 	Rules     []Rule            `json:"rules,omitempty"`
 	Defaults  map[string]string `json:"defaults,omitempty"`
+	Guard     *PolicyGuard      `json:"guard,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	CreatedBy string            `json:"created_by,omitempty"`
 	UpdatedAt time.Time         `json:"updated_at"`

@@ -397,7 +397,9 @@ const (
 	// mcp:use calls the virtual servers granted to the key's principal.
 	ScopeMCPAdmin = "mcp:admin"
 	ScopeMCPUse   = "mcp:use"
-	ScopeAdmin    = "admin"
+	// llm:use calls models through the LLM gateway (/llm/...).
+	ScopeLLMUse = "llm:use"
+	ScopeAdmin  = "admin"
 )
 
 // APIKey is an API key's public record; the secret is never returned after creation.
