@@ -341,6 +341,12 @@ func runChild(kind string, args []string) int {
 		}
 		return n
 	}
+	// The bomb is the victim the OOM killer must take, not the probe that
+	// reports on it: memory in a memfd or on a tmpfs is in no process's
+	// RSS, so with equal oom_score_adj (the agent's 500 for every user
+	// process) the killer could pick the reporting parent and the probe
+	// would end without a report. Raising the value needs no privilege.
+	os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	switch kind {
 	case "mem-anon":
 		return childMemAnon(arg(0))

@@ -56,9 +56,10 @@ type UseEvent struct {
 	Path      string // without the query
 	// Grantee is whom the grant is to: "sandbox:ID" or "principal:ID".
 	Grantee string
-	// Govern is the governed path's record of the decision that let the
-	// use through, when Config.Govern set one (a rule decided it).
-	Govern *govern.AuditRecord
+	// Govern is the action and the governed path's decision that let the
+	// use through, when Config.Govern set one (a rule decided it): the
+	// use's audit event records it (govern.AuditEvent.Governed).
+	Govern *govern.Decided
 }
 
 // MismatchEvent reports a request on a brokered connection that got no

@@ -2,11 +2,9 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
 )
 
@@ -15,9 +13,9 @@ import (
 // the sandbox's owner with the secret's id and name, the grantee
 // ("sandbox:ID" or "principal:ID", as the grant route describes it) and the
 // host. A refusal (deny, require_approval, an error) is audited as one
-// secret.use event, outcome denied, with the governed record; a use a rule
-// let through carries the record in its UseEvent (the daemon's OnUse
-// event). require_approval refuses the request and opens (or finds) the
+// secret.use event, outcome denied, with the governed record, through the
+// governed path's AuditLog; a use a rule let through carries the decided
+// action in its UseEvent (the daemon's OnUse event writes it the same way). require_approval refuses the request and opens (or finds) the
 // approval; the identical use passes once it is approved. Without rules
 // for secret.use (Engine.Governs) it decides nothing and reads nothing.
 type SecretUseGovernor struct {
@@ -28,7 +26,7 @@ type SecretUseGovernor struct {
 	// SecretName returns a secret's name ("" if unknown).
 	SecretName func(secretID string) string
 	// Audit, if set, receives the refusals.
-	Audit govern.Auditor
+	Audit *govern.AuditLog
 	Log   *slog.Logger
 }
 
@@ -50,17 +48,16 @@ func (g *SecretUseGovernor) Decide(ctx context.Context, u *UseEvent) error {
 		SandboxID: u.SandboxID, Sandbox: sb,
 		Secret: &govern.Secret{ID: u.SecretID, Name: name, Grant: u.Grantee, Host: u.Host}}
 	d, derr := g.Engine.Decide(ctx, a)
-	rec := govern.Record(a, d)
 	err = derr
 	if err == nil {
 		err = d.Err()
 	}
 	if err != nil {
-		g.audit(ctx, a, u, rec, err)
+		g.audit(ctx, govern.Decided{Action: a, Decision: d}, u, err)
 		return err
 	}
 	if d.RuleID != "" || d.PolicyID != "" || d.ApprovalID != "" || d.Outcome != govern.Allow {
-		u.Govern = &rec
+		u.Govern = &govern.Decided{Action: a, Decision: d}
 	}
 	return nil
 }
@@ -72,14 +69,14 @@ func (g *SecretUseGovernor) log() *slog.Logger {
 	return g.Log
 }
 
-func (g *SecretUseGovernor) audit(ctx context.Context, a *govern.Action, u *UseEvent, rec govern.AuditRecord, err error) {
+func (g *SecretUseGovernor) audit(ctx context.Context, dd govern.Decided, u *UseEvent, err error) {
 	if g.Audit == nil {
 		return
 	}
-	detail, _ := json.Marshal(map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
-		"host": u.Host, "method": u.Method, "path": u.Path, "reason": err.Error(), govern.AuditKey: rec})
-	if _, aerr := g.Audit.Append(ctx, audit.Event{PrincipalID: a.Principal.ID, Action: string(govern.KindSecretUse),
-		Target: u.SandboxID, Outcome: audit.OutcomeDenied, Detail: detail}); aerr != nil {
-		g.log().Error("append audit event", "action", govern.KindSecretUse, "sandbox", u.SandboxID, "err", aerr)
-	}
+	// AuditLog.Write logs a failure itself.
+	_ = g.Audit.Write(ctx, govern.AuditEvent{Principal: dd.Action.Principal.ID, Name: string(govern.KindSecretUse),
+		Target: u.SandboxID, Outcome: govern.AuditDenied,
+		Detail: map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
+			"host": u.Host, "method": u.Method, "path": u.Path, "reason": err.Error()},
+		Governed: []govern.Decided{dd}})
 }

@@ -54,7 +54,7 @@ func TestGovernSecretUse(t *testing.T) {
 	}
 	rec := &useAudit{}
 	actors := 0
-	g := &SecretUseGovernor{Engine: eng, Audit: rec,
+	g := &SecretUseGovernor{Engine: eng, Audit: fakeAuditLog(t, rec),
 		Actor: func(_ context.Context, sb string) (govern.Principal, *govern.SandboxInfo, error) {
 			actors++
 			return govern.Principal{ID: "agent-1", Kind: "agent"}, &govern.SandboxInfo{ID: sb}, nil

@@ -25,6 +25,7 @@
 //	warden principals create|ls
 //	warden policy create|ls|show|edit|rm|test
 //	warden approvals ls|approve|reject
+//	warden guard test [TEXT|-] [--json-file FILE]
 //	warden whoami
 //	warden audit ls|verify
 //	warden version

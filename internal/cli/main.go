@@ -179,6 +179,7 @@ func newRoot() *command {
 			principalsCmd(),
 			policyCmd(),
 			approvalsCmd(),
+			guardCmd(),
 			mcpCmd(),
 			whoamiCmd(),
 			auditCmd(),

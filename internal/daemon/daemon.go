@@ -7,7 +7,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +35,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/llmgw"
 	"github.com/warden-sandbox/warden/internal/mcpgw"
 	"github.com/warden-sandbox/warden/internal/mcpgw/hosted"
+	"github.com/warden-sandbox/warden/internal/mw"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/safefile"
 	"github.com/warden-sandbox/warden/internal/sandbox"
@@ -79,6 +79,7 @@ type daemon struct {
 	gov      *govern.Engine
 	egress   *egressActors  // the actors of sandboxes' egress, for the governed path
 	mcp      *mcpgw.Gateway // the MCP gateway (mcp.go)
+	mw       *mw.Set        // the configured middleware (middleware.go); nil when none
 	llm      *llmgw.Gateway // the LLM gateway (llm.go)
 	hosted   *hosted.Runner // its hosted connectors
 }
@@ -193,26 +194,23 @@ func (d *daemon) buildManager() error {
 	if d.vault, err = secrets.Open(cfg.StateDir); err != nil {
 		return fmt.Errorf("open secret store: %w", err)
 	}
-	alog := d.alog
+	audits := d.audits
 	// The egress path's actions (flows, secret uses) go through the
 	// governed path (egress_govern.go).
 	flowGov, useGov := d.egressGovernance()
 	d.broker, err = broker.New(broker.Config{Credentials: d.vault, StateDir: filepath.Join(cfg.StateDir, "broker-ca"),
 		Govern: useGov,
 		OnUse: func(u broker.UseEvent) {
-			fields := map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
-				"host": u.Host, "method": u.Method, "path": u.Path}
+			ev := govern.AuditEvent{Principal: "system", Name: "secret.use", Target: u.SandboxID, Outcome: govern.AuditSuccess,
+				Detail: map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
+					"host": u.Host, "method": u.Method, "path": u.Path}}
 			if u.Govern != nil {
-				fields[govern.AuditKey] = u.Govern
+				ev.Governed = []govern.Decided{*u.Govern}
 			}
-			detail, _ := json.Marshal(fields)
-			if _, err := alog.Append(context.Background(), audit.Event{PrincipalID: "system", Action: "secret.use",
-				Target: u.SandboxID, Outcome: audit.OutcomeSuccess, Detail: detail}); err != nil {
-				log.Error("append audit event", "action", "secret.use", "err", err)
-			}
+			_ = audits.Write(context.Background(), ev) // a failure is logged by Write
 		},
 		OnMismatch: func(m broker.MismatchEvent) {
-			auditNetwork(alog, log, "secret.mismatch", m.SandboxID, m.Host+" (sni "+m.SNI+")", m.Reason)
+			auditNetwork(audits, "secret.mismatch", m.SandboxID, m.Host+" (sni "+m.SNI+")", m.Reason)
 		},
 	})
 	if err != nil {
@@ -225,7 +223,7 @@ func (d *daemon) buildManager() error {
 			TLSIntercept: d.hooks.intercept,
 			TLSHandoff:   d.hooks.handoff,
 			Govern:       flowGov,
-			OnDeny:       func(sb, target, reason string) { auditNetwork(alog, log, "network.deny", sb, target, reason) },
+			OnDeny:       func(sb, target, reason string) { auditNetwork(audits, "network.deny", sb, target, reason) },
 			OnQuery: func(sb, name, qtype, decision string) {
 				log.Debug("sandbox dns query", "sandbox", sb, "name", name, "type", qtype, "decision", decision)
 			},
@@ -571,11 +569,8 @@ func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
 
 // auditNetwork records a network decision in the audit log under the
 // principal "system" (the sandbox's own traffic, not an API call).
-func auditNetwork(alog *audit.Logger, log *slog.Logger, action, sandboxID, target, reason string) {
-	detail, _ := json.Marshal(map[string]string{"target": target, "reason": reason})
-	if _, err := alog.Append(context.Background(), audit.Event{
-		PrincipalID: "system", Action: action, Target: sandboxID, Outcome: audit.OutcomeDenied, Detail: detail,
-	}); err != nil {
-		log.Error("append audit event", "action", action, "sandbox", sandboxID, "err", err)
-	}
+func auditNetwork(audits *govern.AuditLog, action, sandboxID, target, reason string) {
+	// A failure is logged by Write.
+	_ = audits.Write(context.Background(), govern.AuditEvent{Principal: "system", Name: action, Target: sandboxID,
+		Outcome: govern.AuditDenied, Detail: map[string]any{"target": target, "reason": reason}})
 }

@@ -73,8 +73,8 @@ func (e *egressActors) forget(sandboxID string) {
 func (d *daemon) egressGovernance() (network.Governor, func(context.Context, *broker.UseEvent) error) {
 	d.egress = &egressActors{st: d.st}
 	log := d.log.With("subsystem", "govern")
-	flows := &network.EgressGovernor{Engine: d.gov, Actor: d.egress.actor, Audit: d.alog, Log: log}
-	uses := &broker.SecretUseGovernor{Engine: d.gov, Actor: d.egress.actor, Audit: d.alog, Log: log,
+	flows := &network.EgressGovernor{Engine: d.gov, Actor: d.egress.actor, Audit: d.audits, Log: log}
+	uses := &broker.SecretUseGovernor{Engine: d.gov, Actor: d.egress.actor, Audit: d.audits, Log: log,
 		SecretName: func(id string) string {
 			if d.vault == nil {
 				return ""

@@ -43,9 +43,9 @@ func (d *daemon) buildMCP() error {
 	if publicURL == "" && cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
-	gw, err := mcpgw.New(mcpgw.Config{Store: d.st, Auth: d.authn, Govern: d.gov, Audit: d.alog, Secrets: d.vault,
+	gw, err := mcpgw.New(mcpgw.Config{Store: d.st, Auth: d.authn, Govern: d.gov, Audit: d.audits, Secrets: d.vault,
 		HTTPClient: dial.Client, Hosted: runner, API: d.srv.Handler(), AllowedOrigins: cfg.MCP.AllowedOrigins,
-		PublicURL: publicURL, Log: d.log.With("subsystem", "mcp")})
+		PublicURL: publicURL, PostResult: d.mwPost(), Log: d.log.With("subsystem", "mcp")})
 	if err != nil {
 		return err
 	}

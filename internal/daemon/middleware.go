@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -48,5 +49,15 @@ func (d *daemon) buildMiddleware() (govern.Stage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
+	d.mw = set // the MCP gateway runs its post hooks on tool results
 	return mw.Stage(set), nil
+}
+
+// mwPost is the MCP gateway's post hook on tool results: the middleware's
+// post hooks for mcp.call; nil without middleware.
+func (d *daemon) mwPost() func(context.Context, *govern.Action, []byte) ([]byte, bool, string) {
+	if d.mw == nil {
+		return nil
+	}
+	return d.mw.PostJSON
 }

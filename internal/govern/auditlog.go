@@ -12,7 +12,9 @@ import (
 )
 
 // The governed path's last step, "audit with the decision"
-// (docs/governance.md): the doors (internal/api, internal/e2b) describe
+// (docs/governance.md): the doors (internal/api, internal/e2b, the MCP
+// gateway internal/mcpgw, the egress path's internal/network and
+// internal/broker) describe
 // what a call did and hand it, with the actions the engine decided for it,
 // to an AuditLog, which writes the call's one audit event. The doors hold
 // an *AuditLog, never the audit logger itself, so they neither write

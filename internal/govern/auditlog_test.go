@@ -159,6 +159,9 @@ func TestAuditLogWriteError(t *testing.T) {
 var doors = []string{
 	"github.com/warden-sandbox/warden/internal/api",
 	"github.com/warden-sandbox/warden/internal/e2b",
+	"github.com/warden-sandbox/warden/internal/mcpgw",
+	"github.com/warden-sandbox/warden/internal/network",
+	"github.com/warden-sandbox/warden/internal/broker",
 }
 
 // TestDoorsDoNotImportAudit checks, with go list, that no door imports

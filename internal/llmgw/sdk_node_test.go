@@ -54,7 +54,7 @@ func TestNodeSDKs(t *testing.T) {
 	node, errNode := exec.LookPath("node")
 	npm, errNpm := exec.LookPath("npm")
 	if errNode != nil || errNpm != nil {
-		t.Skipf("SKIP: node or npm is not installed (%v, %v); scripts/install-deps.sh installs them", errNode, errNpm)
+		t.Fatalf("node or npm is not installed (%v, %v): scripts/install-deps.sh installs them, and this test needs the real SDKs", errNode, errNpm)
 	}
 	work := t.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "package.json"), []byte(`{"name":"warden-llmgw-sdk","private":true,"type":"module"}`), 0o644); err != nil {

@@ -80,7 +80,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gw, err := New(Config{Store: st, Auth: ids, Govern: eng, Audit: e.auditLog, HTTPClient: dial.Client})
+	gw, err := New(Config{Store: st, Auth: ids, Govern: eng, Audit: fakeAuditLog(b, e.auditLog), HTTPClient: dial.Client})
 	if err != nil {
 		b.Fatal(err)
 	}

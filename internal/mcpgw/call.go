@@ -9,13 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
@@ -90,6 +90,7 @@ func (g *Gateway) call(ctx context.Context, vs *vserver, name string, req *mcp.C
 		MCP: &govern.MCPCall{Server: vs.id, Connector: t.connector, Tool: t.upstream, Name: name, Arguments: args,
 			ArgsDigest: digest, ReadOnly: t.readOnly, DefHash: t.hash}}
 	detail := map[string]any{"server": vs.id, "connector": t.connector, "tool": t.upstream, "name": name, "args_digest": digest}
+	var governed []govern.Decided // the decided call, once the engine decided it
 	finish := func(outcome string, res *mcp.CallToolResult, err error) {
 		detail["duration_ms"] = g.cfg.Now().Sub(start).Milliseconds()
 		if res != nil {
@@ -101,14 +102,14 @@ func (g *Gateway) call(ctx context.Context, vs *vserver, name string, req *mcp.C
 		if err != nil {
 			detail["error"] = err.Error()
 		}
-		g.auditEvent(ctx, audit.Event{RequestID: a.RequestID, PrincipalID: p.ID, Action: "mcp.call",
-			Target: "mcp:" + vs.id + "/" + name, Outcome: outcome, Detail: detailJSON(detail)})
+		g.auditEvent(ctx, govern.AuditEvent{RequestID: a.RequestID, Principal: p.ID, Name: "mcp.call",
+			Target: "mcp:" + vs.id + "/" + name, Outcome: outcome, Detail: detail, Governed: governed})
 	}
 	if eng := g.cfg.Govern; eng != nil {
 		d, err := eng.Decide(ctx, a)
-		detail[govern.AuditKey] = govern.Record(a, d)
+		governed = []govern.Decided{{Action: a, Decision: d}}
 		if err != nil {
-			finish(audit.OutcomeError, nil, err)
+			finish(govern.AuditError, nil, err)
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "cannot decide the call now"}
 		}
 		if err := d.Err(); err != nil {
@@ -119,34 +120,115 @@ func (g *Gateway) call(ctx context.Context, vs *vserver, name string, req *mcp.C
 				msg = m
 			}
 			res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
-			finish(audit.OutcomeDenied, res, nil)
+			finish(govern.AuditDenied, res, nil)
 			return res, nil
 		}
 	}
-	res, err := g.callUpstream(ctx, vs, c, t, req, args)
+	// The engine's guard and middleware may have rewritten the arguments
+	// (masked, modified): what goes upstream is what was decided.
+	fwd := json.RawMessage(orEmptyObject(raw))
+	if a.MCP.Arguments != nil && !sameArgs(raw, a.MCP.Arguments) {
+		b, merr := json.Marshal(a.MCP.Arguments)
+		if merr != nil {
+			finish(govern.AuditError, nil, merr)
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "cannot encode the arguments"}
+		}
+		fwd, args = b, a.MCP.Arguments
+		detail["arguments_rewritten"] = true
+	}
+	res, err := g.callUpstream(ctx, vs, c, t, req, args, fwd)
 	if err != nil {
 		var werr *jsonrpc.Error
 		if errors.As(err, &werr) {
-			finish(audit.OutcomeError, nil, err)
+			finish(govern.AuditError, nil, err)
 			return nil, werr // the upstream's own error, as it gave it
 		}
 		g.log.Warn("mcp gateway: upstream call", "server", vs.id, "connector", t.connector, "tool", t.upstream, "err", err)
 		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "upstream " + t.connector + " failed: " + err.Error()}}}
-		finish(audit.OutcomeError, res, err)
+		finish(govern.AuditError, res, err)
 		return res, nil
 	}
 	if b, merr := json.Marshal(res); merr == nil && len(b) > g.cfg.MaxResultBytes {
 		err := fmt.Errorf("the result is %d bytes, over the limit of %d", len(b), g.cfg.MaxResultBytes)
 		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "upstream " + t.connector + ": " + err.Error()}}}
-		finish(audit.OutcomeError, res, err)
+		finish(govern.AuditError, res, err)
 		return res, nil
 	}
-	outcome := audit.OutcomeSuccess
+	if res, err = g.screenResult(ctx, a, t, res, &governed); err != nil {
+		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		finish(govern.AuditDenied, res, nil)
+		return res, nil
+	}
+	outcome := govern.AuditSuccess
 	if res.IsError {
-		outcome = audit.OutcomeError
+		outcome = govern.AuditError
 	}
 	finish(outcome, res, nil)
 	return res, nil
+}
+
+// sameArgs reports whether args are the arguments raw holds (nothing
+// rewrote them).
+func sameArgs(raw []byte, args map[string]any) bool {
+	orig := map[string]any{}
+	if err := json.Unmarshal(orEmptyObject(raw), &orig); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(orig, args)
+}
+
+// screenResult runs the engine's guard (Engine.Screen) and then the
+// middleware post hooks (Config.PostResult) over a tool result: err (its
+// text names the detector or the middleware, never a value) refuses the
+// result; otherwise the result to forward, masked or modified. The
+// screen's decision joins governed when it found something.
+func (g *Gateway) screenResult(ctx context.Context, a *govern.Action, t *exposedTool, res *mcp.CallToolResult, governed *[]govern.Decided) (*mcp.CallToolResult, error) {
+	eng, post := g.cfg.Govern, g.cfg.PostResult
+	if eng == nil && post == nil {
+		return res, nil
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, errors.New("the result cannot be encoded for screening")
+	}
+	changed := false
+	if eng != nil {
+		d, masked, err := eng.Screen(ctx, a, b)
+		if len(d.Findings) > 0 || d.Outcome != govern.Allow || err != nil {
+			*governed = append(*governed, govern.Decided{Action: a, Decision: d})
+		}
+		if err != nil {
+			return nil, errors.New("the result could not be screened")
+		}
+		if derr := d.Err(); derr != nil {
+			msg := "the result was refused by a guard"
+			if _, m := errkind.Of(derr); m != "" {
+				msg = m
+			}
+			return nil, errors.New(msg)
+		}
+		if masked != nil {
+			b, changed = masked, true
+		}
+	}
+	if post != nil {
+		out, blocked, msg := post(ctx, a, b)
+		if blocked {
+			return nil, errors.New(msg)
+		}
+		if !bytes.Equal(out, b) {
+			b, changed = out, true
+		}
+	}
+	if !changed {
+		return res, nil
+	}
+	var nr mcp.CallToolResult
+	if err := json.Unmarshal(b, &nr); err != nil {
+		g.log.Warn("mcp gateway: rewritten result is no tool result", "connector", t.connector, "tool", t.upstream, "err", err)
+		return nil, errors.New("the rewritten result is not a tool result")
+	}
+	return &nr, nil
 }
 
 func orEmptyObject(raw []byte) []byte {
@@ -158,7 +240,7 @@ func orEmptyObject(raw []byte) []byte {
 
 // callUpstream calls the tool upstream with a deadline, forwarding
 // progress notifications and (through ctx) cancellation.
-func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *exposedTool, req *mcp.CallToolRequest, args map[string]any) (*mcp.CallToolResult, error) {
+func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *exposedTool, req *mcp.CallToolRequest, args map[string]any, fwd json.RawMessage) (*mcp.CallToolResult, error) {
 	conn, err := g.cfg.Store.GetConnector(ctx, t.connector)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -188,7 +270,7 @@ func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *e
 	if err != nil {
 		return nil, err
 	}
-	params := &mcp.CallToolParams{Name: t.upstream, Arguments: json.RawMessage(orEmptyObject(bytes.TrimSpace(req.Params.Arguments)))}
+	params := &mcp.CallToolParams{Name: t.upstream, Arguments: fwd}
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		gt := "wgp-" + strconv.FormatUint(g.nextTok.Add(1), 10)
 		g.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -25,7 +24,6 @@ import (
 	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/govern"
@@ -64,7 +62,9 @@ type Config struct {
 	// Govern decides each tools/call (nil: every call is allowed, as with
 	// an engine without policies).
 	Govern *govern.Engine
-	Audit  govern.Auditor
+	// Audit writes the gateway's audit events: the governed path's
+	// AuditLog (nil: none are written).
+	Audit *govern.AuditLog
 	// Secrets holds connector credentials (nil: connectors get none).
 	Secrets Secrets
 	// HTTPClient returns the client for remote connectors: it must refuse
@@ -91,8 +91,12 @@ type Config struct {
 	SyncInterval time.Duration
 	// MaxResultBytes bounds a tool result (default 4 MiB).
 	MaxResultBytes int
-	Log            *slog.Logger
-	Now            func() time.Time
+	// PostResult, when set, runs after Govern's screen of a tool result
+	// (the middleware post hooks, mw.Set.PostJSON): out is the result to
+	// forward (result itself when unchanged); blocked refuses it with msg.
+	PostResult func(ctx context.Context, a *govern.Action, result []byte) (out []byte, blocked bool, msg string)
+	Log        *slog.Logger
+	Now        func() time.Time
 }
 
 // Gateway serves virtual MCP servers. Safe for concurrent use.
@@ -349,20 +353,11 @@ func (g *Gateway) granted(ctx context.Context, server, principal string) (bool, 
 	return len(gs) > 0, nil
 }
 
-// auditEvent appends an audit event (logged when the log refuses it).
-func (g *Gateway) auditEvent(ctx context.Context, e audit.Event) {
+// auditEvent writes an audit event through the governed path's AuditLog
+// (which logs a failure itself).
+func (g *Gateway) auditEvent(ctx context.Context, e govern.AuditEvent) {
 	if g.cfg.Audit == nil {
 		return
 	}
-	if _, err := g.cfg.Audit.Append(context.WithoutCancel(ctx), e); err != nil {
-		g.log.Error("append audit event", "action", e.Action, "err", err)
-	}
-}
-
-func detailJSON(m map[string]any) json.RawMessage {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return json.RawMessage(fmt.Sprintf(`{"error":%q}`, err.Error()))
-	}
-	return b
+	_ = g.cfg.Audit.Write(ctx, e)
 }

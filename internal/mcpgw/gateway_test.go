@@ -156,7 +156,7 @@ func newEnv(t *testing.T) *env {
 		noScopeKey: {Principal: store.Principal{ID: "agent-2", Kind: store.PrincipalAgent}, Scopes: []auth.Scope{auth.ScopeSandboxesRead}},
 		otherKey:   {Principal: store.Principal{ID: "agent-3", Kind: store.PrincipalAgent}, Scopes: []auth.Scope{ScopeUse}},
 	}
-	gw, err := New(Config{Store: e.st, Auth: ids, Govern: e.eng, Audit: e.audit,
+	gw, err := New(Config{Store: e.st, Auth: ids, Govern: e.eng, Audit: fakeAuditLog(t, e.audit),
 		Secrets:    fakeSecrets{"sec-1": "upstream-token"},
 		HTTPClient: func() *http.Client { return &http.Client{} }})
 	if err != nil {

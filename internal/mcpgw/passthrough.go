@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/yosida95/uritemplate/v3"
 
-	"github.com/warden-sandbox/warden/internal/audit"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -377,15 +377,15 @@ func upstreamError(connector string, err error) error {
 // auditRead records a prompts/get or resources/read.
 func (g *Gateway) auditRead(ctx context.Context, vs *vserver, action, target, connector string, start time.Time, result any, err error) {
 	detail := map[string]any{"server": vs.id, "connector": connector, "duration_ms": g.cfg.Now().Sub(start).Milliseconds()}
-	outcome := audit.OutcomeSuccess
+	outcome := govern.AuditSuccess
 	if err != nil {
-		outcome = audit.OutcomeError
+		outcome = govern.AuditError
 		detail["error"] = err.Error()
 	} else if b, merr := json.Marshal(result); merr == nil {
 		detail["result_bytes"] = len(b)
 	}
-	g.auditEvent(ctx, audit.Event{RequestID: newRequestID(), PrincipalID: vs.principal, Action: action,
-		Target: "mcp:" + vs.id + "/" + target, Outcome: outcome, Detail: detailJSON(detail)})
+	g.auditEvent(ctx, govern.AuditEvent{RequestID: newRequestID(), Principal: vs.principal, Name: action,
+		Target: "mcp:" + vs.id + "/" + target, Outcome: outcome, Detail: detail})
 }
 
 // checkSize refuses a result over MaxResultBytes.

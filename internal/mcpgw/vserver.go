@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/version"
 )
@@ -279,6 +279,6 @@ func (g *Gateway) noticePending(ctx context.Context, connector string, pin store
 		detail["approved_hash"] = approved[len(approved)-1].Hash
 	}
 	g.log.Info("mcp gateway: tool definition held for approval", "action", action, "connector", connector, "tool", pin.Tool, "hash", pin.Hash)
-	g.auditEvent(ctx, audit.Event{PrincipalID: "system", Action: action, Target: "mcp:" + connector + "/" + pin.Tool,
-		Outcome: audit.OutcomeSuccess, Detail: detailJSON(detail)})
+	g.auditEvent(ctx, govern.AuditEvent{Principal: "system", Name: action, Target: "mcp:" + connector + "/" + pin.Tool,
+		Outcome: govern.AuditSuccess, Detail: detail})
 }

@@ -2,7 +2,6 @@ package network
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
 )
 
@@ -58,8 +56,8 @@ type EgressGovernor struct {
 	// Actor resolves a sandbox to its owner; an error refuses the flow
 	// (fail closed).
 	Actor govern.SandboxActor
-	// Audit, if set, receives the events.
-	Audit govern.Auditor
+	// Audit, if set, receives the events (the governed path's AuditLog).
+	Audit *govern.AuditLog
 	Log   *slog.Logger
 
 	lim auditLimiter
@@ -109,20 +107,19 @@ func (g *EgressGovernor) audit(ctx context.Context, a *govern.Action, d govern.D
 	if g.Audit == nil || !g.lim.allow(a.SandboxID+"\x00"+target+"\x00"+string(d.Outcome)+"\x00"+d.PolicyID+"/"+d.RuleID, time.Now()) {
 		return
 	}
-	outcome := audit.OutcomeSuccess
+	outcome := govern.AuditSuccess
 	reason := ""
 	if err := d.Err(); err != nil || derr != nil {
-		outcome = audit.OutcomeDenied
+		outcome = govern.AuditDenied
 		if derr == nil {
 			derr = err
 		}
 		reason = derr.Error()
 	}
-	detail, _ := json.Marshal(map[string]any{"target": target, "reason": reason, govern.AuditKey: govern.Record(a, d)})
-	if _, err := g.Audit.Append(ctx, audit.Event{PrincipalID: a.Principal.ID, Action: string(govern.KindEgressConnect),
-		Target: a.SandboxID, Outcome: outcome, Detail: detail}); err != nil {
-		g.log().Error("append audit event", "action", govern.KindEgressConnect, "sandbox", a.SandboxID, "err", err)
-	}
+	// AuditLog.Write logs a failure itself.
+	_ = g.Audit.Write(ctx, govern.AuditEvent{Principal: a.Principal.ID, Name: string(govern.KindEgressConnect),
+		Target: a.SandboxID, Outcome: outcome, Detail: map[string]any{"target": target, "reason": reason},
+		Governed: []govern.Decided{{Action: a, Decision: d}}})
 }
 
 // auditLimiter lets one event a second through per key.

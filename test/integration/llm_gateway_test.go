@@ -71,6 +71,7 @@ func TestLLMGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = startDaemon(t, state, run, "--config", conf)
+	admin = d.client(t, d.adminKey)
 	call := func(key string) (int, string) {
 		req, _ := http.NewRequest("POST", d.url+"/llm/openai/v1/chat/completions", strings.NewReader(`{"model":"gpt-it","messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -92,8 +93,8 @@ func TestLLMGateway(t *testing.T) {
 	if st != 429 || !strings.Contains(body, `it-daily`) || !strings.Contains(body, "budget_exceeded") {
 		t.Fatalf("past the budget: %d %s", st, body)
 	}
-	// The admin key lacks no scope (admin), but is another principal with
-	// its own budget use: the gateway also answers it.
+	// The budget names the agent only: another principal (the admin, whose
+	// admin scope implies llm:use) is still served.
 	if st, body := call(d.adminKey); st != 200 {
 		t.Fatalf("admin: %d %s", st, body)
 	}
