@@ -112,7 +112,7 @@ func TestLLMGateway(t *testing.T) {
 	var calls, denied int
 	for ev, err := range admin.AllAuditEvents(ctx, warden.AuditQuery{Principal: agent.ID}) {
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v\nwardend's log:\n%s", err, d.log)
 		}
 		if ev.Action != "llm.call" {
 			continue
