@@ -15,9 +15,10 @@ import (
 	"os/signal"
 	"syscall"
 
-	_ "github.com/warden-sandbox/warden/internal/backend/all" // the backends this build ships
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/daemon"
+	"github.com/warden-sandbox/warden/internal/mw"
+	_ "github.com/warden-sandbox/warden/internal/backend/all" // the backends this build ships
 )
 
 func main() {
@@ -27,6 +28,12 @@ func main() {
 			os.Exit(install(os.Args[2:], os.Stdout, os.Stderr))
 		case "uninstall":
 			os.Exit(uninstall(os.Args[2:], os.Stdout, os.Stderr))
+		case mw.WorkerCommand: // hidden: the middleware worker wardend starts (internal/mw/worker.go)
+			if err := mw.ServeWorker(os.Stdin, os.Stdout); err != nil {
+				fmt.Fprintln(os.Stderr, "wardend mw-worker:", err)
+				os.Exit(1)
+			}
+			os.Exit(0)
 		}
 	}
 	fs := flag.NewFlagSet("wardend", flag.ContinueOnError)

@@ -49,16 +49,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/warden-sandbox/warden/internal/agents"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/build"
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/image"
+	"github.com/warden-sandbox/warden/internal/memory"
+	"github.com/warden-sandbox/warden/internal/monitor"
+	"github.com/warden-sandbox/warden/internal/mw"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/secrets"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
+	"github.com/warden-sandbox/warden/internal/volume"
 )
 
 // Limits of request bodies and parameters.
@@ -138,6 +143,23 @@ type Config struct {
 	// MCP is told of every change through /v1/mcp (mcp.go) so the MCP
 	// gateway serves it at once; nil: nobody is told.
 	MCP MCPHooks
+	// Volumes keeps persistent volumes (volumes.go); nil: the routes 503.
+	Volumes *volume.Manager
+	// Agents runs hosted agents behind /v1/agents and /v1/agent-runs
+	// (agents.go); nil: those routes answer 503.
+	Agents *agents.Service
+	// Monitor is the Agent Monitor behind /v1/monitor (monitor.go); nil:
+	// those routes answer 503.
+	Monitor *monitor.Monitor
+	// Middleware is the installed middleware behind /v1/middleware
+	// (mwadmin.go); nil: those routes answer 503.
+	Middleware *mw.Registry
+	// Memory is agents' memory behind /v1/agents/{name}/memory
+	// (memory.go); nil: those routes answer 503.
+	Memory *memory.Service
+	// LLM is the LLM gateway's prices, budgets and usage behind
+	// /v1/llm and /v1/usage (usage.go); nil: those routes answer 503.
+	LLM LLMAdmin
 }
 
 // MCPHooks is what the API tells the MCP gateway (internal/mcpgw's
@@ -168,6 +190,7 @@ type Server struct {
 	ports         publicPorts
 	previewTr     *http.Transport
 	upgrades      upgradeSlots
+	anonAudit     anonAudit // bounds audit events of callers without a key (anonaudit.go)
 }
 
 // New builds a Server. Set the manager's OnEnd hook to SandboxEnded so that
@@ -375,6 +398,12 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /v1/policies", action: "policy.list", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.listPolicies},
 		// A dry run also needs audit:read (checked inside): it shows audit events.
 		{pattern: "POST /v1/guard/test", action: "guard.test", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.guardTest},
+		// Middleware (mwadmin.go): admin scope, never an agent's key.
+		{pattern: "GET /v1/middleware", action: "middleware.list", scope: auth.ScopeAdmin, nokind: nkMiddleware, h: s.listMiddleware},
+		{pattern: "POST /v1/middleware/test", action: "middleware.test", scope: auth.ScopeAdmin, nokind: nkMiddleware, h: s.testMiddleware},
+		{pattern: "GET /v1/middleware/{name}", action: "middleware.get", scope: auth.ScopeAdmin, nokind: nkMiddleware, h: s.getMiddleware},
+		{pattern: "PUT /v1/middleware/{name}", action: "middleware.put", scope: auth.ScopeAdmin, audited: true, nokind: nkMiddleware, h: s.putMiddleware},
+		{pattern: "DELETE /v1/middleware/{name}", action: "middleware.delete", scope: auth.ScopeAdmin, audited: true, nokind: nkMiddleware, h: s.deleteMiddleware},
 		{pattern: "POST /v1/policies/test", action: "policy.test", scope: auth.ScopePoliciesRead, audited: true, nokind: nkGovernance, h: s.testPolicy},
 		{pattern: "GET /v1/policies/{id}", action: "policy.get", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.getPolicy},
 		{pattern: "PUT /v1/policies/{id}", action: "policy.update", scope: auth.ScopePoliciesWrite, audited: true, nokind: nkGovernance, h: s.updatePolicy},
@@ -394,6 +423,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "PUT /v1/mcp/connectors/{id}", action: "mcp.connector_update", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.updateConnector},
 		{pattern: "DELETE /v1/mcp/connectors/{id}", action: "mcp.connector_delete", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.deleteConnector},
 		{pattern: "PUT /v1/mcp/connectors/{id}/credentials", action: "mcp.credential_put", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, audited: true, kind: govern.KindMCPAdmin, h: s.putMCPCredential},
+		{pattern: "POST /v1/mcp/connectors/{id}/oauth", action: "mcp.oauth_start", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, audited: true, kind: govern.KindMCPAdmin, h: s.startMCPOAuth},
 		{pattern: "DELETE /v1/mcp/connectors/{id}/credentials", action: "mcp.credential_delete", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, audited: true, kind: govern.KindMCPAdmin, h: s.deleteMCPCredential},
 		{pattern: "POST /v1/mcp/servers", action: "mcp.server_create", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.createMCPServer},
 		{pattern: "GET /v1/mcp/servers", action: "mcp.server_list", scope: auth.ScopeMCPAdmin, ownScope: auth.ScopeMCPUse, nokind: nkRead, h: s.listMCPServers},
@@ -407,8 +437,57 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/mcp/tools/{connector}/{tool}/{hash}/approve", action: "mcp.tool_approve", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.approveMCPTool},
 		{pattern: "POST /v1/mcp/tools/{connector}/{tool}/{hash}/reject", action: "mcp.tool_reject", scope: auth.ScopeMCPAdmin, audited: true, kind: govern.KindMCPAdmin, h: s.rejectMCPTool},
 
+		// The Agent Monitor (monitor.go).
+		{pattern: "POST /v1/monitor/events", action: "monitor.ingest", scope: auth.ScopeMonitorWrite, nokind: nkMonitorReport, h: s.ingestMonitorEvents},
+		{pattern: "POST /v1/monitor/hooks/claude-code", action: monitor.HookAuditAction, scope: auth.ScopeMonitorWrite, nokind: nkMonitorReport, h: s.claudeCodeHook},
+		{pattern: "GET /v1/monitor/events", action: "monitor.list", scope: auth.ScopeMonitorRead, nokind: nkRead, h: s.listMonitorEvents},
+		{pattern: "GET /v1/monitor/events/{id}", action: "monitor.get", scope: auth.ScopeMonitorRead, nokind: nkRead, h: s.getMonitorEvent},
+		{pattern: "POST /v1/monitor/events/{id}/redact", action: "monitor.redact", scope: auth.ScopeAdmin, audited: true, nokind: nkMonitorRedact, h: s.redactMonitorEvent},
+
+		// Hosted agents (agents.go).
+		{pattern: "POST /v1/agents", action: "agent.create", scope: auth.ScopeAgentsWrite, audited: true, nokind: nkAgentAdmin, h: s.createHostedAgent},
+		{pattern: "GET /v1/agents", action: "agent.list", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.listHostedAgents},
+		{pattern: "GET /v1/agents/{name}", action: "agent.get", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.getHostedAgent},
+		{pattern: "PUT /v1/agents/{name}", action: "agent.update", scope: auth.ScopeAgentsWrite, audited: true, nokind: nkAgentAdmin, h: s.updateHostedAgent},
+		{pattern: "DELETE /v1/agents/{name}", action: "agent.delete", scope: auth.ScopeAgentsWrite, audited: true, nokind: nkAgentAdmin, h: s.deleteHostedAgent},
+		{pattern: "GET /v1/agents/{name}/versions", action: "agent.versions", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.listAgentVersions},
+		{pattern: "POST /v1/agents/{name}/runs", action: "agent.run", scope: auth.ScopeAgentsRun, audited: true, nokind: nkAgentRun, h: s.startAgentRun},
+		{pattern: "GET /v1/agents/{name}/runs", action: "agent.run_list", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.listAgentRuns},
+		{pattern: "POST /v1/agents/{name}/webhook", action: "agent.webhook", public: true, audited: true, nokind: nkWebhook, h: s.agentWebhook},
+		{pattern: "GET /v1/agent-runs/{id}", action: "agent.run_get", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.getAgentRun},
+		{pattern: "GET /v1/agent-runs/{id}/logs", action: "agent.run_logs", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.agentRunLogs},
+		{pattern: "POST /v1/agent-runs/{id}/cancel", action: "agent.run_cancel", scope: auth.ScopeAgentsRun, audited: true, nokind: nkAgentRun, h: s.cancelAgentRun},
+		{pattern: "POST /v1/agents/{name}/slack/events", action: "agent.slack_event", public: true, nokind: nkWebhook, h: s.agentSlackEvents},
+		// Any key; the handler admits the run's own key, or the owner with agents:run.
+		{pattern: "POST /v1/agent-runs/{id}/reply", action: "agent.run_reply", audited: true, nokind: nkAgentRun, h: s.agentRunReply},
+
+		// Persistent volumes (volumes.go): the caller's own, by name.
+		{pattern: "POST /v1/volumes", action: "volume.create", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.createVolume},
+		{pattern: "GET /v1/volumes", action: "volume.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listVolumes},
+		{pattern: "GET /v1/volumes/{name}", action: "volume.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getVolume},
+		{pattern: "DELETE /v1/volumes/{name}", action: "volume.delete", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.deleteVolume},
+		{pattern: "POST /v1/volumes/{name}/resize", action: "volume.resize", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.resizeVolume},
+		{pattern: "GET /v1/volumes/{name}/files", action: "volume.file_read", scope: auth.ScopeFilesRead, audited: true, nokind: nkVolume, h: s.readVolumeFile},
+		{pattern: "PUT /v1/volumes/{name}/files", action: "volume.file_write", scope: auth.ScopeFilesWrite, audited: true, stream: true, nokind: nkVolume, h: s.writeVolumeFile},
+
+		// Agents' memory (memory.go): reviewed by humans.
+		{pattern: "GET /v1/agents/{name}/memory", action: "memory.list", scope: auth.ScopeMemoryRead, nokind: nkRead, h: s.listMemory},
+		{pattern: "GET /v1/agents/{name}/memory/entry", action: "memory.get", scope: auth.ScopeMemoryRead, nokind: nkRead, h: s.getMemory},
+		{pattern: "GET /v1/agents/{name}/memory/diff", action: "memory.diff", scope: auth.ScopeMemoryRead, nokind: nkRead, h: s.diffMemory},
+		{pattern: "GET /v1/agents/{name}/memory/export", action: "memory.export", scope: auth.ScopeMemoryRead, audited: true, nokind: nkRead, h: s.exportMemory},
+		{pattern: "POST /v1/agents/{name}/memory/redact", action: "memory.redact", scope: auth.ScopeMemoryReview, nokind: nkMemoryRedact, h: s.redactMemory},
+
 		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.listAudit},
 		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.verifyAudit},
+
+		// LLM prices, budgets and usage (usage.go).
+		{pattern: "GET /v1/llm/prices", action: "llm.prices_get", scope: auth.ScopeAdmin, nokind: nkUsage, h: s.getLLMPrices},
+		{pattern: "PUT /v1/llm/prices", action: "llm.prices_set", scope: auth.ScopeAdmin, audited: true, nokind: nkUsage, h: s.putLLMPrices},
+		{pattern: "DELETE /v1/llm/prices", action: "llm.prices_reset", scope: auth.ScopeAdmin, audited: true, nokind: nkUsage, h: s.deleteLLMPrices},
+		{pattern: "GET /v1/llm/budgets", action: "llm.budgets_get", scope: auth.ScopeAdmin, nokind: nkUsage, h: s.getLLMBudgets},
+		{pattern: "PUT /v1/llm/budgets", action: "llm.budgets_set", scope: auth.ScopeAdmin, audited: true, nokind: nkUsage, h: s.putLLMBudgets},
+		{pattern: "DELETE /v1/llm/budgets", action: "llm.budgets_reset", scope: auth.ScopeAdmin, audited: true, nokind: nkUsage, h: s.deleteLLMBudgets},
+		{pattern: "GET /v1/usage", action: "usage.get", scope: auth.ScopeAdmin, nokind: nkUsage, h: s.getUsage},
 	}
 }
 

@@ -484,7 +484,15 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := &countingReader{r: r.Body}
+	var src io.Reader = r.Body
+	if s.guardsWrites() { // guard_writes.go: each file of the archive is screened
+		var release func()
+		if src, release, err = s.screenArchive(r, stateOf(r).target, p); err != nil {
+			return err
+		}
+		defer release()
+	}
+	body := &countingReader{r: src}
 	err = agent.Upload(r.Context(), p, "", body)
 	stateOf(r).detail["bytes"] = body.n
 	if err != nil {

@@ -198,6 +198,18 @@ func (s *Server) finishAudit(r *http.Request, err error) {
 	if governed := len(st.governed) > 0; st.ident == nil && !governed && !strings.HasPrefix(st.action, "file.presigned_") {
 		return
 	}
+	// Callers without a key (preview traffic, presigned links) are audited
+	// at most once a second per action and target; the next event counts
+	// the ones left out.
+	if st.ident == nil {
+		n, ok := s.anonAudit.allow(st.action+" "+st.target, s.now())
+		if !ok {
+			return
+		}
+		if n > 0 {
+			st.detail["suppressed"] = n
+		}
+	}
 	if err != nil {
 		if e := apierr.From(err); e != nil {
 			st.detail["error"] = e.Code

@@ -174,6 +174,9 @@ func (s *Server) presignedWrite(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.screenPresignedWrite(r, id, p); err != nil { // guard_writes.go
+		return err
+	}
 	e, err := putFile(r, agent, p, user, 0)
 	if err != nil {
 		return err

@@ -120,6 +120,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	// connection is hijacked): the session has its own.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
+	defer s.mgr.Hold(st.target)() // an open terminal keeps the sandbox from idling
 	sr := &processpb.StartRequest{
 		Process: &processpb.ProcessConfig{Cmd: cmd, Args: args, Envs: map[string]string{"TERM": "xterm-256color"}},
 		Pty:     &processpb.PTY{Size: &processpb.PTY_Size{Cols: uint32(cols), Rows: uint32(rows)}},

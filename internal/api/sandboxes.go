@@ -15,6 +15,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/volume"
 	"github.com/warden-sandbox/warden/spec"
 )
 
@@ -77,8 +78,10 @@ func toSandbox(sb store.Sandbox) sandboxJSON {
 		if left <= 0 { // paused before the frozen countdown was recorded
 			left = int64(sb.Lifecycle.Timeout / time.Second)
 		}
-		out.ResumeTimeoutSeconds = &left
-	} else {
+		if left > 0 { // none: no countdown (an idle timeout alone)
+			out.ResumeTimeoutSeconds = &left
+		}
+	} else if !sb.ExpiresAt.IsZero() { // zero: no countdown (an idle timeout alone)
 		t := sb.ExpiresAt.UTC()
 		out.ExpiresAt = &t
 	}
@@ -115,6 +118,12 @@ type createSandboxRequest struct {
 	Network        *network.Policy   `json:"network"`
 	Isolation      *string           `json:"isolation"`
 	Name           string            `json:"name"`
+	Volumes        []volume.Request  `json:"volumes"`
+	// Lifetimes (internal/sandbox/lifetime.go).
+	IdleTimeoutSeconds     *int64 `json:"idle_timeout_seconds"`
+	MaxLifetimeSeconds     *int64 `json:"max_lifetime_seconds"`
+	OnIdle                 string `json:"on_idle"`
+	PausedRetentionSeconds *int64 `json:"paused_retention_seconds"`
 }
 
 // wire returns an optional number of a request for the manager, which
@@ -157,6 +166,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if q.Name != "" {
 		st.detail["name"] = q.Name
 	}
+	if len(q.Volumes) > 0 {
+		st.detail["volumes"] = q.Volumes
+	}
 	if err := s.decide(r, &govern.Action{Create: createAction(q)}); err != nil {
 		return err
 	}
@@ -178,6 +190,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		Network:    q.Network,
 		Isolation:  deref(q.Isolation),
 		Name:       q.Name,
+		Volumes:    q.Volumes,
+		// An explicit 0 is out of range (wire): leave a field out for none.
+		IdleTimeout:     time.Duration(wire(q.IdleTimeoutSeconds)) * time.Second,
+		MaxLifetime:     time.Duration(wire(q.MaxLifetimeSeconds)) * time.Second,
+		OnIdle:          q.OnIdle,
+		PausedRetention: time.Duration(wire(q.PausedRetentionSeconds)) * time.Second,
 	})
 	oc := "success"
 	if err != nil {

@@ -45,20 +45,39 @@ const (
 	ScopeMCPUse   Scope = "mcp:use"
 	// ScopeLLMUse calls models through the LLM gateway (internal/llmgw).
 	ScopeLLMUse Scope = "llm:use"
-	ScopeAdmin  Scope = "admin"
+	// Hosted agents (internal/agents): ScopeAgentsRead reads definitions,
+	// runs and logs; ScopeAgentsWrite defines agents (human-only: an agent
+	// does not make agents with principals of their own); ScopeAgentsRun
+	// starts and cancels runs. A principal sees the agents it owns or is.
+	ScopeAgentsRead  Scope = "agents:read"
+	ScopeAgentsWrite Scope = "agents:write"
+	ScopeAgentsRun   Scope = "agents:run"
+	// The Agent Monitor (internal/monitor): ScopeMonitorRead reads every
+	// timeline and redacts content; ScopeMonitorWrite reports an agent's
+	// own events (the ingest endpoint, Claude Code hooks).
+	ScopeMonitorRead  Scope = "monitor:read"
+	ScopeMonitorWrite Scope = "monitor:write"
+	// Agents' memory (internal/memory), owned by the installation:
+	// ScopeMemoryRead lists, reads, diffs and exports any agent's memory;
+	// ScopeMemoryReview redacts. Both human-only: agents use their own
+	// memory through the MCP gateway's memory tools.
+	ScopeMemoryRead   Scope = "memory:read"
+	ScopeMemoryReview Scope = "memory:review"
+	ScopeAdmin        Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
 	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead,
-	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeLLMUse, ScopeAdmin,
+	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeLLMUse, ScopeAgentsRead, ScopeAgentsWrite, ScopeAgentsRun, ScopeMonitorRead, ScopeMonitorWrite, ScopeMemoryRead, ScopeMemoryReview, ScopeAdmin,
 }
 
 // HumanOnly reports whether s may never be held by an agent principal:
 // an agent must not write the rules that govern it nor approve actions,
 // nor grant itself MCP servers or approve their tools.
 func (s Scope) HumanOnly() bool {
-	return s == ScopePoliciesWrite || s == ScopeApprovalsDecide || s == ScopeMCPAdmin
+	return s == ScopePoliciesWrite || s == ScopeApprovalsDecide || s == ScopeMCPAdmin || s == ScopeAgentsWrite ||
+		s == ScopeMemoryRead || s == ScopeMemoryReview
 }
 
 // AllScopes returns every defined scope, in documentation order.

@@ -37,6 +37,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/errkind"
@@ -146,6 +148,39 @@ type Spec struct {
 	// agent (the agent's Config.Sudo; internal/agent/sudo). Template
 	// builds leave it off.
 	Sudo bool `json:"sudo,omitempty"`
+	// Volumes are host directories (persistent volumes, internal/volume)
+	// bound into the sandbox, nosuid and nodev, read-only if asked, with
+	// their files' ids as the sandbox sees them. Backends without
+	// Capabilities.Volumes refuse a spec that sets it.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+}
+
+// VolumeMount is a host directory bound at Target inside a sandbox.
+type VolumeMount struct {
+	Source   string `json:"source"` // host directory (a mounted volume)
+	Target   string `json:"target"` // absolute, clean path inside the sandbox, not "/"
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// ValidVolumeTarget checks a path inside a sandbox that a volume may be
+// mounted on: absolute, clean (no "." or ".." components, no doubled or
+// trailing slash), not "/", and outside the kernel's and the runtime's
+// own mounts (/proc, /sys, /dev).
+func ValidVolumeTarget(p string) error {
+	if p == "" || p[0] != '/' || p == "/" || len(p) > 1024 || path.Clean(p) != p {
+		return fmt.Errorf("%w: volume path %q must be an absolute, clean path other than /", ErrInvalidSpec, p)
+	}
+	for _, c := range strings.Split(p[1:], "/") {
+		if c == "." || c == ".." || strings.ContainsRune(c, 0) {
+			return fmt.Errorf("%w: volume path %q", ErrInvalidSpec, p)
+		}
+	}
+	for _, r := range []string{"/proc", "/sys", "/dev"} {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return fmt.Errorf("%w: volume path %q is under %s", ErrInvalidSpec, p, r)
+		}
+	}
+	return nil
 }
 
 // Validate checks the parts of a spec every backend relies on.
@@ -169,6 +204,19 @@ func (s *Spec) Validate() error {
 	}
 	if !root {
 		return fmt.Errorf("%w: no root layer", ErrInvalidSpec)
+	}
+	targets := map[string]bool{}
+	for _, v := range s.Volumes {
+		if err := ValidVolumeTarget(v.Target); err != nil {
+			return err
+		}
+		if v.Source == "" || v.Source[0] != '/' {
+			return fmt.Errorf("%w: volume source %q must be an absolute host path", ErrInvalidSpec, v.Source)
+		}
+		if targets[v.Target] {
+			return fmt.Errorf("%w: two volumes at %q", ErrInvalidSpec, v.Target)
+		}
+		targets[v.Target] = true
 	}
 	for t, p := range s.Uppers {
 		found := false
@@ -233,6 +281,7 @@ type Capabilities struct {
 	NeedsRoot      bool           `json:"needs_root"`
 	CaptureUpper   bool           `json:"capture_upper"` // honours Spec.Uppers (template builds)
 	ColdRestart    bool           `json:"cold_restart"`  // Restarter: stop keeping the writable layer, boot again on it
+	Volumes        bool           `json:"volumes"`       // honours Spec.Volumes (persistent volumes)
 }
 
 // NetworkSupport says how a backend's sandboxes get a network.

@@ -74,7 +74,7 @@ func mcpConnectorCmd() *command {
 		short:   "Register, list and remove MCP connectors (upstream MCP servers)",
 		long: "A connector is an upstream MCP server the gateway reaches: remote (a URL), hosted (a\n" +
 			"stdio server run inside a Warden sandbox) or builtin (Warden's own sandbox tools).",
-		subs: []*command{mcpConnectorAddCmd(), mcpConnectorLsCmd(), mcpConnectorRmCmd(), mcpConnectorToolsCmd()},
+		subs: []*command{mcpConnectorAddCmd(), mcpConnectorLsCmd(), mcpConnectorRmCmd(), mcpConnectorToolsCmd(), mcpConnectorAuthCmd()},
 	}
 }
 
@@ -86,6 +86,7 @@ func mcpConnectorAddCmd() *command {
 		hostedCmd        listFlag
 		template         string
 		builtinToolNames listFlag
+		oauth            bool
 	)
 	c := &command{
 		name:  "add",
@@ -109,6 +110,7 @@ func mcpConnectorAddCmd() *command {
 		fs.String(&w.Description, "description", "TEXT", "what the connector is for")
 		fs.String(&header, "header", "NAME", "remote: the header that carries the credential (Authorization)")
 		fs.String(&scheme, "scheme", "WORD", "remote: the credential's scheme (Bearer for Authorization)")
+		fs.Bool(&oauth, "oauth", "remote: get the credential with OAuth (then: warden mcp connector auth ID)")
 		fs.Var(&hostedCmd, "command", "ARGV", "hosted: the stdio server's command line, comma-separated")
 		fs.String(&template, "template", "NAME", "hosted: the sandbox template (default base)")
 		fs.Var(&builtinToolNames, "tool", "NAME", "builtin: offer only these tools; repeatable")
@@ -125,10 +127,10 @@ func mcpConnectorAddCmd() *command {
 		if w.Kind == "" {
 			w.Kind = warden.MCPConnectorRemote
 		}
-		shortcut := rawURL != "" || header != "" || scheme != "" || len(hostedCmd) > 0 || template != "" || len(builtinToolNames) > 0
+		shortcut := rawURL != "" || header != "" || scheme != "" || oauth || len(hostedCmd) > 0 || template != "" || len(builtinToolNames) > 0
 		switch {
 		case specArg != "" && shortcut:
-			return usageErr(c, "--spec does not go with a URL, --header, --scheme, --command, --template or --tool")
+			return usageErr(c, "--spec does not go with a URL, --header, --scheme, --oauth, --command, --template or --tool")
 		case specArg != "":
 			spec, err := readSpec(r, specArg)
 			if err != nil {
@@ -145,6 +147,9 @@ func mcpConnectorAddCmd() *command {
 				spec["url"] = rawURL
 				if header != "" || scheme != "" {
 					spec["auth"] = map[string]string{"header": header, "scheme": scheme}
+				}
+				if oauth {
+					spec["oauth"] = map[string]any{}
 				}
 			case warden.MCPConnectorHosted:
 				if len(hostedCmd) == 0 {

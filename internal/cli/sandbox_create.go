@@ -18,6 +18,10 @@ func sandboxCreateCmd() *command {
 		cpu     cpuFlag
 		mem     sizeFlag
 		disk    sizeFlag
+		vols    volumeFlag
+		idle    durationFlag
+		life    durationFlag
+		keep    durationFlag
 	)
 	c := &command{
 		name:  "create",
@@ -30,6 +34,8 @@ func sandboxCreateCmd() *command {
 			"warden sandbox create --net allowlist --allow pypi.org,files.pythonhosted.org,*.github.com",
 			"warden sandbox create --isolation gvisor --auto-pause",
 			"warden sandbox create --name web && warden exec web -- uname -a",
+			"warden sandbox create --volume data:/data --volume models:/models:ro",
+			"warden sandbox create --idle-timeout 30m --max-lifetime 720h --retention 168h",
 		},
 		json: true,
 	}
@@ -50,6 +56,11 @@ func sandboxCreateCmd() *command {
 		fs.Bool(&req.AutoPause, "auto-pause", "pause at the timeout instead of being killed")
 		fs.Bool(&req.AutoResume, "auto-resume", "resume when a call reaches the sandbox while paused")
 		fs.String(&netMode, "net", "MODE", "network: none (loopback only, the default), allowlist or open")
+		fs.Var(&idle, "idle-timeout", "DURATION", "pause after this long without activity (a call wakes it); without\n--timeout, no countdown")
+		fs.String(&req.OnIdle, "on-idle", "ACTION", "at the idle timeout: pause (the default) or kill")
+		fs.Var(&life, "max-lifetime", "DURATION", "kill the sandbox this long after its creation (default: unlimited)")
+		fs.Var(&keep, "retention", "DURATION", "delete the sandbox once paused this long (default: the daemon's)")
+		fs.Var(&vols, "volume", "NAME:/PATH[:ro]", "mount your volume NAME at PATH (read-only with :ro); repeatable")
 		fs.String(&allow, "allow", "LIST", "with --net allowlist: hosts (*.example.com), CIDRs, each with :PORT\nto pick ports (default 80 and 443), comma-separated")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
@@ -61,6 +72,8 @@ func sandboxCreateCmd() *command {
 		}
 		req.Env, req.Metadata, req.TimeoutSeconds = env.m, meta.m, timeout.secs
 		req.CPUMillis, req.MemoryMB, req.DiskMB = cpu.millis, mem.mib, disk.mib
+		req.Volumes = vols.v
+		req.IdleTimeoutSeconds, req.MaxLifetimeSeconds, req.PausedRetentionSeconds = idle.secs, life.secs, keep.secs
 		if netMode != "" || allow != "" {
 			p, err := parseNetwork(netMode, allow)
 			if err != nil {

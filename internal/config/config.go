@@ -64,6 +64,10 @@ type Config struct {
 	MCP MCPConfig `yaml:"mcp"`
 	// LLM configures the LLM gateway (docs/llm.md).
 	LLM LLMConfig `yaml:"llm"`
+	// Monitor configures the Agent Monitor's retention (docs/monitor.md).
+	Monitor MonitorConfig `yaml:"monitor"`
+	// Usage configures the signed audit checkpoints (docs/security.md).
+	Usage UsageConfig `yaml:"usage"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.
@@ -93,6 +97,10 @@ type Config struct {
 	// DefaultTimeout and MaxTimeout bound sandbox lifetimes.
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
 	MaxTimeout     time.Duration `yaml:"max_timeout"`
+	// PausedRetention deletes a sandbox paused that long, unless its
+	// create asked for its own retention (docs/persistence.md); 0 keeps
+	// paused sandboxes until killed.
+	PausedRetention time.Duration `yaml:"paused_retention"`
 	// MaxSandboxes bounds sandboxes running at once (0: backend limit).
 	MaxSandboxes int `yaml:"max_sandboxes"`
 	// PoolSize is how many base-template sandboxes are kept started for
@@ -402,6 +410,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("config: log_format %q is not text or json", c.LogFormat)
+	}
+	if c.PausedRetention < 0 {
+		return fmt.Errorf("config: paused_retention must not be negative")
 	}
 	if c.DefaultTimeout <= 0 || c.MaxTimeout < c.DefaultTimeout {
 		return errors.New("config: default_timeout must be positive and at most max_timeout")

@@ -17,6 +17,9 @@ type LLMConfig struct {
 	AllowHosts []string `yaml:"allow_hosts"`
 	// AllowHTTP lets providers use plain http:// base URLs.
 	AllowHTTP bool `yaml:"allow_http"`
+	// ReserveTokens is the output estimate reserved against budgets
+	// before a call that sets no max_tokens (default 1024).
+	ReserveTokens int64 `yaml:"reserve_tokens"`
 }
 
 // LLMProvider is one upstream model API.
@@ -41,19 +44,26 @@ type LLMProvider struct {
 
 // LLMPrice is the price of a model pattern, in dollars per million tokens.
 type LLMPrice struct {
-	Model  string  `yaml:"model"`
-	Input  float64 `yaml:"input"`
-	Output float64 `yaml:"output"`
+	Model  string  `yaml:"model" json:"model"`
+	Input  float64 `yaml:"input" json:"input"`
+	Output float64 `yaml:"output" json:"output"`
 }
 
-// LLMBudget caps the use of one principal (or of every principal, "*").
+// LLMBudget caps the use of one principal (or of every principal, "*"),
+// one agent (or every agent, "*") or a group of principals together.
+// Exactly one of Principal, Agent and Group is set.
 type LLMBudget struct {
-	Name      string `yaml:"name"`
-	Principal string `yaml:"principal"`
+	Name      string `yaml:"name" json:"name"`
+	Principal string `yaml:"principal" json:"principal,omitempty"`
+	// Agent is the calls' agent label (X-Warden-Agent, or the principal's
+	// ID for principals of kind agent).
+	Agent string `yaml:"agent" json:"agent,omitempty"`
+	// Group is a list of principal IDs whose use counts together.
+	Group []string `yaml:"group" json:"group,omitempty"`
 	// Period is "day" or "month" (UTC).
-	Period string `yaml:"period"`
+	Period string `yaml:"period" json:"period"`
 	// Tokens caps input plus output tokens; USD caps the cost. One of
 	// them is set.
-	Tokens int64   `yaml:"tokens"`
-	USD    float64 `yaml:"usd"`
+	Tokens int64   `yaml:"tokens" json:"tokens,omitempty"`
+	USD    float64 `yaml:"usd" json:"usd,omitempty"`
 }

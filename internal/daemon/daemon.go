@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/agents"
 	"github.com/warden-sandbox/warden/internal/api"
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
@@ -35,6 +36,8 @@ import (
 	"github.com/warden-sandbox/warden/internal/llmgw"
 	"github.com/warden-sandbox/warden/internal/mcpgw"
 	"github.com/warden-sandbox/warden/internal/mcpgw/hosted"
+	"github.com/warden-sandbox/warden/internal/memory"
+	"github.com/warden-sandbox/warden/internal/monitor"
 	"github.com/warden-sandbox/warden/internal/mw"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/safefile"
@@ -44,6 +47,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
 	"github.com/warden-sandbox/warden/internal/template"
 	"github.com/warden-sandbox/warden/internal/version"
+	"github.com/warden-sandbox/warden/internal/volume"
 )
 
 // Paths under the state directory.
@@ -80,8 +84,17 @@ type daemon struct {
 	egress   *egressActors  // the actors of sandboxes' egress, for the governed path
 	mcp      *mcpgw.Gateway // the MCP gateway (mcp.go)
 	mw       *mw.Set        // the configured middleware (middleware.go); nil when none
+	mwReg    *mw.Registry   // config-file and API-added middleware (middleware.go)
 	llm      *llmgw.Gateway // the LLM gateway (llm.go)
 	hosted   *hosted.Runner // its hosted connectors
+
+	agents *agents.Service // hosted agents (agents.go)
+	memory *memory.Service // agents' memory (memory.go)
+
+	// mon is the Agent Monitor (monitor.go); nil when disabled.
+	mon *monitor.Monitor
+
+	vols *volume.Manager // persistent volumes (volumes.go); nil: unavailable
 }
 
 // Run runs wardend until ctx ends. ready, if not nil, is called with the
@@ -111,10 +124,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	defer d.alog.Close()
+	defer d.closeMonitor() // before the audit log closes
+	// Signed audit checkpoints (usage.go).
+	stopCheckpoints, err := d.startCheckpoints(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopCheckpoints()
 	if err := d.buildGovernance(ctx); err != nil {
 		return err
 	}
 	defer d.gov.Close()
+	if err := d.buildMemory(); err != nil {
+		return err
+	}
 	if err := d.backends.build(ctx); err != nil {
 		return err
 	}
@@ -122,6 +145,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err := d.buildManager(); err != nil {
 		return err
 	}
+	d.buildVolumes()
 	if err := d.buildAPI(); err != nil {
 		return err
 	}
@@ -139,6 +163,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if attached+lost > 0 {
 		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
 	}
+	d.reconcileVolumes(ctx)
 	for _, id := range backend.IDs() {
 		if b, ok := d.backends.built[id]; ok {
 			backend.CleanOrphans(ctx, b, log)
@@ -166,7 +191,7 @@ func (d *daemon) openKeys(ctx context.Context) error {
 	if d.alog, err = audit.New(ctx, audit.Config{Store: d.st, Key: auditKey, CheckpointPath: filepath.Join(cfg.StateDir, CheckpointFile)}); err != nil {
 		return err
 	}
-	if d.audits, err = govern.NewAuditLog(d.alog, d.st, log); err != nil {
+	if d.audits, err = govern.NewAuditLog(d.monitorTap(d.alog), d.st, log); err != nil {
 		d.alog.Close()
 		return err
 	}
@@ -240,7 +265,7 @@ func (d *daemon) buildManager() error {
 		}
 	}
 	mcfg := sandbox.Config{DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout,
-		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize,
+		MaxSandboxes: cfg.MaxSandboxes, PoolSize: cfg.PoolSize, PausedRetention: cfg.PausedRetention,
 		Net:        d.net,
 		OnEnd:      d.sandboxEnded,
 		OnEvent:    func(id string, ev backend.Event) { d.srv.SandboxEvent(id, ev) },
@@ -298,6 +323,10 @@ func (d *daemon) buildAPI() error {
 	// One Authenticator for both APIs: a key revoked through either is
 	// refused by both at once (it caches key records briefly).
 	d.authn = auth.New(d.st)
+	if err := d.buildAgents(); err != nil {
+		return err
+	}
+	d.wireMemoryRuns()
 	images, err := imagePolicy(cfg)
 	if err != nil {
 		return err
@@ -318,6 +347,12 @@ func (d *daemon) buildAPI() error {
 		PreviewDomain: cfg.PreviewDomain,
 		Govern:        d.gov,
 		MCP:           mcpHooks{d},
+		LLM:           llmAdmin{d},
+		Agents:        d.agents,
+		Memory:        d.memory,
+		Middleware:    d.mwReg,
+		Monitor:       d.mon,
+		Volumes:       d.vols,
 	})
 	if err != nil {
 		return err
@@ -438,6 +473,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 	defer stop()
 	go mgr.Run(rctx)
 	d.startMCP(rctx)
+	d.startAgents(rctx)
 	mgr.StartPool(rctx)
 	d.backends.watch(rctx, mgr)
 
@@ -500,6 +536,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 	}
 	wg.Wait()
 	stop()
+	d.stopAgents()
 	mgr.Shutdown()
 	if cfg.Socket != "" {
 		os.Remove(cfg.Socket)

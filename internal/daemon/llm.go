@@ -30,10 +30,15 @@ func (d *daemon) buildLLM() error {
 	if err != nil {
 		return fmt.Errorf("llm gateway: dialer: %w", err)
 	}
+	// Usage, prices and budgets set at run time persist in the database.
+	us, _ := d.st.(llmgw.UsageStore)
 	gw, err := llmgw.New(llmgw.Config{LLM: cfg.LLM, Auth: d.authn, Govern: d.gov, Audit: d.audits, Secrets: d.vault,
-		Client: dial.Client(), Log: d.log.With("subsystem", "llm")})
+		Client: dial.Client(), Log: d.log.With("subsystem", "llm"), Usage: us})
 	if err != nil {
 		return err
+	}
+	if err := d.srv.RegisterCollector(gw.Collector()); err != nil {
+		return fmt.Errorf("llm gateway: metrics: %w", err)
 	}
 	d.llm = gw
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/mw"
@@ -12,15 +13,17 @@ import (
 	"github.com/warden-sandbox/warden/internal/network/safedial"
 )
 
+// MiddlewareFile is the file under the state directory that keeps the
+// middleware added through /v1/middleware.
+const MiddlewareFile = "middleware.json"
+
 // buildMiddleware compiles the configured middleware (governance.middleware)
-// into a govern stage run after the rules; nil when none is configured. An
-// unreadable or invalid script stops the daemon rather than leaving the
-// path ungoverned.
+// and those added through the API (MiddlewareFile) into the govern stage
+// run after the rules; the stage is there even with none, so middleware
+// added later runs at once. An unreadable or invalid script stops the
+// daemon rather than leaving the path ungoverned.
 func (d *daemon) buildMiddleware() (govern.Stage, error) {
 	list := d.cfg.Governance.Middleware
-	if len(list) == 0 {
-		return nil, nil
-	}
 	var deny []netip.Prefix
 	for _, c := range d.cfg.Network.Deny {
 		p, err := netip.ParsePrefix(c)
@@ -43,13 +46,25 @@ func (d *daemon) buildMiddleware() (govern.Stage, error) {
 		}
 		mws = append(mws, m)
 	}
-	// Secrets are not served to config-file middleware yet (no grant).
+	// Scripts run in a worker process (wardend mw-worker) with its own
+	// memory limit, so a runaway script cannot take wardend down.
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("middleware: find wardend for its worker: %w", err)
+	}
+	// Secrets are not served to middleware yet (no grant).
 	set, err := mw.New(mw.Options{Dial: safedial.Options{Dest: network.NewDestinationPolicy(deny)},
-		Log: d.log.With("subsystem", "middleware")}, mws...)
+		Log:    d.log.With("subsystem", "middleware"),
+		Worker: &mw.WorkerOptions{Command: []string{exe, mw.WorkerCommand}, Deny: deny}})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	reg, err := mw.OpenRegistry(set, filepath.Join(d.cfg.StateDir, MiddlewareFile), mws)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
 	d.mw = set // the MCP gateway runs its post hooks on tool results
+	d.mwReg = reg
 	return mw.Stage(set), nil
 }
 

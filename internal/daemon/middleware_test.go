@@ -19,6 +19,7 @@ func TestBuildMiddlewareFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &daemon{log: slog.New(slog.DiscardHandler)}
+	d.cfg.StateDir = dir
 	d.cfg.Governance.Middleware = []config.MiddlewareConfig{{Name: "no-rm", Kinds: []string{"exec"}, ScriptFile: script}}
 	st, err := d.buildMiddleware()
 	if err != nil || st == nil {
@@ -40,9 +41,15 @@ func TestBuildMiddlewareFromConfig(t *testing.T) {
 	if _, err := d.buildMiddleware(); err == nil {
 		t.Fatal("missing script accepted")
 	}
-	// None configured: no stage.
+	// None configured: the stage is there (middleware may be added through
+	// the API) and allows.
 	d.cfg.Governance.Middleware = nil
-	if st, err := d.buildMiddleware(); st != nil || err != nil {
+	st, err = d.buildMiddleware()
+	if st == nil || err != nil || d.mwReg == nil {
 		t.Fatalf("empty: %v %v", st, err)
+	}
+	eng = govern.New(govern.Config{After: []govern.Stage{st}})
+	if dec, err := eng.Decide(context.Background(), &govern.Action{Kind: govern.KindExec, Exec: govern.NewExec([]string{"rm", "x"}, "", "", nil)}); err != nil || dec.Outcome != govern.Allow {
+		t.Fatalf("empty: decision %+v %v", dec, err)
 	}
 }

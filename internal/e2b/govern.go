@@ -377,6 +377,9 @@ func describeMessage(msg proto.Message, user string) *govern.Action {
 			cwd = filePath(pc.GetCwd(), user)
 		}
 		a := &govern.Action{Kind: govern.KindExec, Exec: govern.NewExec(argv, cwd, user, envKeys)}
+		if len(pc.GetEnvs()) > 0 {
+			a.Payload = &govern.Payload{Env: pc.GetEnvs()} // the guard screens env values (never recorded)
+		}
 		if m.Pty != nil {
 			a.Kind = govern.KindPTY
 		}
@@ -587,7 +590,11 @@ func (s *Server) governProxied(w http.ResponseWriter, r *http.Request, sb store.
 		cleanup func()
 		err     error
 	)
+	reqID := w.Header().Get("X-Request-Id")
+	var records []govern.Decided
 	switch {
+	case port == PortEnvd && p == "/files" && r.Method == http.MethodPost && s.guardsWrites():
+		records, cleanup, err = s.governUpload(r, sb, ident, user, reqID) // guard.go
 	case port == PortEnvd && p == "/files":
 		acts, cleanup, err = describeFiles(r, user)
 	case port == PortEnvd:
@@ -595,9 +602,7 @@ func (s *Server) governProxied(w http.ResponseWriter, r *http.Request, sb store.
 	default:
 		acts, err = describeCode(r, p)
 	}
-	reqID := w.Header().Get("X-Request-Id")
 	detail := map[string]any{"principal": ident.Principal.ID}
-	var records []govern.Decided
 	for _, a := range acts {
 		if err != nil {
 			break

@@ -34,6 +34,8 @@ const (
 	KindMCPCall         Kind = "mcp.call"
 	KindMCPAdmin        Kind = "mcp.admin"
 	KindLLMCall         Kind = "llm.call"
+	KindMemoryWrite     Kind = "memory.write"
+	KindAgentTool       Kind = "agent.tool"
 )
 
 // Surfaces: the door an action came through.
@@ -80,6 +82,8 @@ var kindTable = []kindSpec{
 	{KindMCPCall, "mcp", reflect.TypeFor[MCPCall](), func(a *Action) any { return orZero(a.MCP) }},
 	{KindMCPAdmin, "mcp_admin", reflect.TypeFor[MCPAdmin](), func(a *Action) any { return orZero(a.MCPAdmin) }},
 	{KindLLMCall, "llm", reflect.TypeFor[LLMCall](), func(a *Action) any { return orZero(a.LLM) }},
+	{KindMemoryWrite, "memory", reflect.TypeFor[MemoryWrite](), func(a *Action) any { return orZero(a.Memory) }},
+	{KindAgentTool, "agent_tool", reflect.TypeFor[AgentTool](), func(a *Action) any { return orZero(a.AgentTool) }},
 }
 
 // kinds indexes kindTable.
@@ -144,6 +148,8 @@ type Action struct {
 	MCP       *MCPCall         `json:"mcp,omitempty"`
 	MCPAdmin  *MCPAdmin        `json:"mcp_admin,omitempty"`
 	LLM       *LLMCall         `json:"llm,omitempty"`
+	Memory    *MemoryWrite     `json:"memory,omitempty"`
+	AgentTool *AgentTool       `json:"agent_tool,omitempty"`
 
 	// Payload is content the guard stage screens that is no attribute (a
 	// file write's body, an exec's environment values); never recorded.
@@ -392,6 +398,37 @@ type LLMCall struct {
 	// Tools are the names of the tools the request offers the model.
 	Tools     []string `json:"tools"`
 	MaxTokens int64    `json:"max_tokens"`
+}
+
+// AgentTool are the attributes of agent.tool (CEL: agent_tool): a tool an
+// agent running outside Warden is about to call, as its hook reports it
+// (internal/monitor; surface hook). Command, FilePath and URL are lifted
+// from the input of the tools that have them (Bash; Read, Write, Edit;
+// WebFetch).
+type AgentTool struct {
+	Client string `json:"client"` // the reporting agent: claude-code
+	// Name is the tool's name as the agent calls it (Bash, Read,
+	// mcp__github__create_issue); Server and Tool split an MCP tool's.
+	Name     string         `json:"name"`
+	Server   string         `json:"server,omitempty"`
+	Tool     string         `json:"tool,omitempty"`
+	Command  string         `json:"command,omitempty"`
+	FilePath string         `json:"file_path,omitempty"`
+	URL      string         `json:"url,omitempty"`
+	Input    map[string]any `json:"input,omitempty"`
+	Session  string         `json:"session,omitempty"`
+	Cwd      string         `json:"cwd,omitempty"`
+}
+
+// MemoryWrite are the attributes of memory.write (CEL: memory): a write
+// to an agent's memory (internal/memory). The text written is the
+// action's Payload.Body, which the guard screens (target memory.write).
+type MemoryWrite struct {
+	Namespace string   `json:"namespace"` // the agent's (or team's) memory
+	Key       string   `json:"key"`
+	Op        string   `json:"op"` // remember or forget
+	Tags      []string `json:"tags,omitempty"`
+	Size      int64    `json:"size"` // bytes of text
 }
 
 // NewExec describes a command line: Cmd and Args from argv, Argv joined,

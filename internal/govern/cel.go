@@ -112,6 +112,9 @@ type compiledRule struct {
 	// evaluated with ContextEval under the deadline (which costs a
 	// context per evaluation); the deadline is also checked between rules.
 	loops bool
+	// pre are native checks of parts of the condition (index.go): when
+	// one fails the rule does not match and the program is not run.
+	pre []*precheck
 }
 
 type compiledPolicy struct {
@@ -137,11 +140,11 @@ func compile(p Policy, costLimit uint64) (*compiledPolicy, error) {
 	for i, r := range p.Rules {
 		cr := &compiledRule{Rule: r, policy: cp, index: i}
 		if strings.TrimSpace(r.When) != "" {
-			prg, loops, err := compileWhen(env, p.ID, r, costLimit)
+			prg, loops, pre, err := compileWhen(env, p.ID, r, costLimit)
 			if err != nil {
 				return nil, err
 			}
-			cr.prg, cr.loops = prg, loops
+			cr.prg, cr.loops, cr.pre = prg, loops, pre
 		}
 		cp.rules = append(cp.rules, cr)
 	}
@@ -155,15 +158,15 @@ func compile(p Policy, costLimit uint64) (*compiledPolicy, error) {
 	return cp, nil
 }
 
-func compileWhen(env *cel.Env, policyID string, r Rule, costLimit uint64) (cel.Program, bool, error) {
+func compileWhen(env *cel.Env, policyID string, r Rule, costLimit uint64) (cel.Program, bool, []*precheck, error) {
 	ast, iss := env.Compile(r.When)
 	if iss != nil && iss.Err() != nil {
 		e := iss.Errors()[0]
-		return nil, false, &CompileError{PolicyID: policyID, RuleID: r.ID, Line: e.Location.Line(),
+		return nil, false, nil, &CompileError{PolicyID: policyID, RuleID: r.ID, Line: e.Location.Line(),
 			Column: e.Location.Column() + 1, Message: e.Message}
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) {
-		return nil, false, &CompileError{PolicyID: policyID, RuleID: r.ID, Line: 1, Column: 1,
+		return nil, false, nil, &CompileError{PolicyID: policyID, RuleID: r.ID, Line: 1, Column: 1,
 			Message: fmt.Sprintf("the condition is of type %s, want bool", ast.OutputType())}
 	}
 	// Kind variables must exist for every kind the rule applies to.
@@ -183,12 +186,12 @@ func compileWhen(env *cel.Env, policyID string, r Rule, costLimit uint64) (cel.P
 	for _, n := range names {
 		have := kindVars[n]
 		if len(r.Kinds) == 0 {
-			return nil, false, posError(ast, used[n], policyID, r.ID, fmt.Sprintf(
+			return nil, false, nil, posError(ast, used[n], policyID, r.ID, fmt.Sprintf(
 				"%s is an attribute of kinds %s only; list them in the rule's kinds", n, kindList(have)))
 		}
 		for _, k := range r.Kinds {
 			if !slices.Contains(have, k) {
-				return nil, false, posError(ast, used[n], policyID, r.ID, fmt.Sprintf(
+				return nil, false, nil, posError(ast, used[n], policyID, r.ID, fmt.Sprintf(
 					"kind %s has no attribute %s (it belongs to %s)", k, n, kindList(have)))
 			}
 		}
@@ -207,9 +210,9 @@ func compileWhen(env *cel.Env, policyID string, r Rule, costLimit uint64) (cel.P
 	}
 	prg, err := env.Program(ast, opts...)
 	if err != nil {
-		return nil, false, &CompileError{PolicyID: policyID, RuleID: r.ID, Line: 1, Column: 1, Message: err.Error()}
+		return nil, false, nil, &CompileError{PolicyID: policyID, RuleID: r.ID, Line: 1, Column: 1, Message: err.Error()}
 	}
-	return prg, loops, nil
+	return prg, loops, prechecksOf(ast), nil
 }
 
 func posError(ast *cel.Ast, id int64, policyID, ruleID, msg string) error {

@@ -331,6 +331,9 @@ type ruleSet struct {
 // and position in the policy.
 type kindRules struct {
 	deny, approval, rest []*compiledRule
+	// index holds the prechecks of deny, approval and rest, in that
+	// order (index.go).
+	index *preIndex
 }
 
 func newRuleSet(ps []*compiledPolicy) *ruleSet {
@@ -380,6 +383,7 @@ func newRuleSet(ps []*compiledPolicy) *ruleSet {
 		less(kr.deny)
 		less(kr.approval)
 		less(kr.rest)
+		kr.index = newPreIndex(slices.Concat(kr.deny, kr.approval, kr.rest))
 	}
 	return rs
 }
@@ -394,11 +398,20 @@ func (rs *ruleSet) decide(ctx context.Context, a *Action, def Outcome, timeout t
 	if kr != nil && len(kr.deny)+len(kr.approval)+len(kr.rest) > 0 {
 		ev := &evaluation{ctx: ctx, deadline: time.Now().Add(timeout), act: newActivation(a)}
 		defer ev.close()
+		// Rules whose prechecks fail do not match (index.go): their
+		// programs are not run.
+		var buf [4]uint64
+		live := kr.index.live(ev.act, buf[:])
+		pos := -1
+		next := func() bool {
+			pos++
+			return live[pos/64]&(1<<(pos%64)) != 0
+		}
 		// Deny and require_approval rules fail closed: a condition that
 		// cannot be evaluated denies.
 		for _, list := range [][]*compiledRule{kr.deny, kr.approval} {
 			for _, r := range list {
-				if !r.policy.Scope.applies(a) {
+				if !next() || !r.policy.Scope.applies(a) {
 					continue
 				}
 				ok, err := ev.match(r)
@@ -418,7 +431,7 @@ func (rs *ruleSet) decide(ctx context.Context, a *Action, def Outcome, timeout t
 		// Allow and log_only rules are skipped when they fail.
 		var skipped []string
 		for _, r := range kr.rest {
-			if !r.policy.Scope.applies(a) {
+			if !next() || !r.policy.Scope.applies(a) {
 				continue
 			}
 			ok, err := ev.match(r)

@@ -52,6 +52,10 @@ const (
 	GuardTargetMCPResult = "mcp.result" // a tool call's result (Engine.Screen)
 )
 
+// GuardTargetMemory screens the text written to an agent's memory
+// (memory.write; mask stores it masked).
+const GuardTargetMemory = "memory.write"
+
 // Guard detectors.
 const (
 	DetectorSecrets   = secrets.ID // "secrets"
@@ -66,7 +70,7 @@ const (
 const MaxGuardBody = 8 << 20
 
 var (
-	guardTargets   = []string{GuardTargetExec, GuardTargetFileWrite, GuardTargetCodeRun, GuardTargetMCPCall, GuardTargetMCPResult}
+	guardTargets   = []string{GuardTargetExec, GuardTargetFileWrite, GuardTargetCodeRun, GuardTargetMCPCall, GuardTargetMCPResult, GuardTargetMemory}
 	guardDetectors = []string{DetectorSecrets, DetectorPII, DetectorInjection}
 )
 
@@ -75,7 +79,8 @@ type Guard struct {
 	// Detectors to run: secrets, pii, injection (at least one).
 	Detectors []string `json:"detectors" yaml:"detectors"`
 	// Targets it screens: exec, file.write, code.run, mcp.call (tool
-	// arguments), mcp.result (tool results); empty means all of them.
+	// arguments), mcp.result (tool results), memory.write; empty means
+	// all of them.
 	Targets []string `json:"targets,omitempty" yaml:"targets,omitempty"`
 	// Thresholds are per-detector minimum confidences in (0, 1]; a
 	// finding below its detector's threshold is ignored.
@@ -128,7 +133,7 @@ func (g *Guard) validate(errs []string) []string {
 	}
 	for _, t := range g.Targets {
 		if !slices.Contains(guardTargets, t) {
-			errs = append(errs, fmt.Sprintf("guard: unknown target %q: want exec, file.write, code.run, mcp.call or mcp.result", t))
+			errs = append(errs, fmt.Sprintf("guard: unknown target %q: want exec, file.write, code.run, mcp.call, mcp.result or memory.write", t))
 		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(g.Thresholds)) {
@@ -252,6 +257,8 @@ func guardTarget(k Kind) string {
 		return GuardTargetCodeRun
 	case KindMCPCall:
 		return GuardTargetMCPCall
+	case KindMemoryWrite:
+		return GuardTargetMemory
 	}
 	return ""
 }
@@ -304,7 +311,7 @@ func (e *Engine) guardStage(_ context.Context, a *Action) (Decision, error) {
 		if a.Code != nil {
 			pieces = append(pieces, piece{where: "code", data: a.Code.Code})
 		}
-	case GuardTargetFileWrite:
+	case GuardTargetFileWrite, GuardTargetMemory:
 		if a.Payload != nil && len(a.Payload.Body) > 0 {
 			pieces = append(pieces, piece{where: "body", data: string(a.Payload.Body)})
 			truncated = a.Payload.Truncated

@@ -11,6 +11,7 @@ package llmgw
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,13 +23,16 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/store"
 )
 
 // PathPrefix is where the gateway is served: /llm/{provider}/v1/...
@@ -71,14 +75,22 @@ type Config struct {
 	Client *http.Client
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Usage persists usage and the price table and budgets edited at run
+	// time (*sqlite.Store); nil keeps them in memory.
+	Usage UsageStore
 }
 
 // Gateway serves the LLM endpoints. Safe for concurrent use.
 type Gateway struct {
-	cfg   Config
-	log   *slog.Logger
-	byNm  map[string]*config.LLMProvider
-	meter *meter
+	cfg     Config
+	log     *slog.Logger
+	byNm    map[string]*config.LLMProvider
+	meter   *meter
+	metrics *metrics
+
+	setMu sync.RWMutex
+	set   settings          // the price table and budgets in force
+	setBy map[string]string // setting name: "api" when set at run time
 }
 
 // New checks cfg and returns a Gateway.
@@ -92,7 +104,14 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Log, byNm: map[string]*config.LLMProvider{}, meter: newMeter()}
+	if cfg.Usage == nil {
+		cfg.Usage = newMemUsage()
+	}
+	if cfg.LLM.ReserveTokens <= 0 {
+		cfg.LLM.ReserveTokens = DefaultReserveTokens
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Log, byNm: map[string]*config.LLMProvider{}, meter: newMeter(cfg.Usage), metrics: newMetrics(),
+		set: settings{prices: cfg.LLM.Prices, budgets: cfg.LLM.Budgets}, setBy: map[string]string{}}
 	for i := range cfg.LLM.Providers {
 		p := &cfg.LLM.Providers[i]
 		if p.Name == "" || strings.ContainsAny(p.Name, "/?#") {
@@ -109,21 +128,122 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		g.byNm[p.Name] = p
 	}
-	for _, b := range cfg.LLM.Budgets {
-		if b.Name == "" || b.Principal == "" || (b.Period != "day" && b.Period != "month") || (b.Tokens <= 0) == (b.USD <= 0) {
-			return nil, fmt.Errorf("llm gateway: budget %q: needs a name, a principal (or \"*\"), period day or month, and tokens or usd", b.Name)
-		}
+	if err := CheckBudgets(cfg.LLM.Budgets); err != nil {
+		return nil, fmt.Errorf("llm gateway: %w", err)
 	}
-	for _, p := range cfg.LLM.Prices {
-		if _, err := path.Match(p.Model, ""); err != nil || p.Input < 0 || p.Output < 0 {
-			return nil, fmt.Errorf("llm gateway: price for %q: bad pattern or negative price", p.Model)
+	if err := CheckPrices(cfg.LLM.Prices); err != nil {
+		return nil, fmt.Errorf("llm gateway: %w", err)
+	}
+	// Values set at run time (PUT /v1/llm/prices, /v1/llm/budgets)
+	// replace the config file's until they are deleted.
+	ctx := context.Background()
+	var prices []config.LLMPrice
+	if ok, err := loadSetting(ctx, cfg.Usage, settingPrices, &prices); err != nil {
+		return nil, fmt.Errorf("llm gateway: %w", err)
+	} else if ok {
+		if err := CheckPrices(prices); err != nil {
+			return nil, fmt.Errorf("llm gateway: stored prices: %w", err)
 		}
+		g.set.prices, g.setBy[settingPrices] = prices, "api"
+	}
+	var budgets []config.LLMBudget
+	if ok, err := loadSetting(ctx, cfg.Usage, settingBudgets, &budgets); err != nil {
+		return nil, fmt.Errorf("llm gateway: %w", err)
+	} else if ok {
+		if err := CheckBudgets(budgets); err != nil {
+			return nil, fmt.Errorf("llm gateway: stored budgets: %w", err)
+		}
+		g.set.budgets, g.setBy[settingBudgets] = budgets, "api"
 	}
 	return g, nil
 }
 
-// Usage returns the usage table.
-func (g *Gateway) Usage() []Usage { return g.meter.list() }
+// Usage returns the whole usage table (for tests and small tools; the API
+// uses ListUsage).
+func (g *Gateway) Usage() []Usage {
+	u, _ := g.cfg.Usage.ListLLMUsage(context.Background(), store.LLMUsageFilter{})
+	return u
+}
+
+// ListUsage returns the usage rows the filter matches.
+func (g *Gateway) ListUsage(ctx context.Context, f store.LLMUsageFilter) ([]Usage, error) {
+	return g.cfg.Usage.ListLLMUsage(ctx, f)
+}
+
+func (g *Gateway) settings() settings {
+	g.setMu.RLock()
+	defer g.setMu.RUnlock()
+	return g.set
+}
+
+// Prices returns the price table in force and where it comes from
+// ("config" or "api").
+func (g *Gateway) Prices() ([]config.LLMPrice, string) {
+	g.setMu.RLock()
+	defer g.setMu.RUnlock()
+	return slices.Clone(g.set.prices), cmp.Or(g.setBy[settingPrices], "config")
+}
+
+// Budgets returns the budgets in force and where they come from.
+func (g *Gateway) Budgets() ([]config.LLMBudget, string) {
+	g.setMu.RLock()
+	defer g.setMu.RUnlock()
+	return slices.Clone(g.set.budgets), cmp.Or(g.setBy[settingBudgets], "config")
+}
+
+// SetPrices replaces the price table at run time, persisted; nil prices
+// go back to the config file's.
+func (g *Gateway) SetPrices(ctx context.Context, prices []config.LLMPrice, by string) error {
+	if prices != nil {
+		if err := CheckPrices(prices); err != nil {
+			return errkind.New(errkind.Invalid, err.Error())
+		}
+	}
+	return g.setting(ctx, settingPrices, prices == nil, prices, by, func(s *settings) {
+		s.prices = prices
+		if prices == nil {
+			s.prices = g.cfg.LLM.Prices
+		}
+	})
+}
+
+// SetBudgets replaces the budgets at run time, persisted; nil budgets go
+// back to the config file's.
+func (g *Gateway) SetBudgets(ctx context.Context, budgets []config.LLMBudget, by string) error {
+	if budgets != nil {
+		if err := CheckBudgets(budgets); err != nil {
+			return errkind.New(errkind.Invalid, err.Error())
+		}
+	}
+	return g.setting(ctx, settingBudgets, budgets == nil, budgets, by, func(s *settings) {
+		s.budgets = budgets
+		if budgets == nil {
+			s.budgets = g.cfg.LLM.Budgets
+		}
+	})
+}
+
+func (g *Gateway) setting(ctx context.Context, name string, reset bool, v any, by string, apply func(*settings)) error {
+	g.setMu.Lock()
+	defer g.setMu.Unlock()
+	if reset {
+		if err := g.cfg.Usage.DeleteUsageSetting(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("reset %s: %w", name, err)
+		}
+		delete(g.setBy, name)
+	} else {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		if err := g.cfg.Usage.PutUsageSetting(ctx, store.UsageSetting{Name: name, Value: b, UpdatedAt: g.cfg.Now(), UpdatedBy: by}); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		g.setBy[name] = "api"
+	}
+	apply(&g.set)
+	return nil
+}
 
 // endpoints maps a provider kind's paths (after /llm/{provider}) to the
 // API name and the path appended to the provider's base URL.
@@ -146,6 +266,7 @@ type call struct {
 	detail  map[string]any
 	start   time.Time
 	model   string
+	agent   string
 	price   price
 	priced  bool
 	usage   usage
@@ -213,19 +334,33 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		upstream = m
 	}
 	p := ident.Principal
-	c := &call{prov: prov, api: ep[0], ident: ident, start: g.cfg.Now(), model: upstream, outcome: govern.AuditSuccess}
+	// The agent label: a principal of kind agent is its own agent (by
+	// name); other callers (a person's key used by a local agent) may
+	// name one with X-Warden-Agent.
+	agent := r.Header.Get("X-Warden-Agent")
+	if p.Kind == store.PrincipalAgent {
+		agent = cmp.Or(p.Name, p.ID) // hosted agents' principals are named for the agent
+	} else if agent != "" && !agentRE.MatchString(agent) {
+		writeError(w, kind, http.StatusBadRequest, "invalid_request_error", "X-Warden-Agent must be 1 to 64 letters, digits or ._:@-")
+		return
+	}
+	set := g.settings()
+	c := &call{prov: prov, api: ep[0], ident: ident, start: g.cfg.Now(), model: upstream, agent: agent, outcome: govern.AuditSuccess}
 	c.action = &govern.Action{Kind: govern.KindLLMCall, Surface: govern.SurfaceLLM, RequestID: newRequestID(),
 		Principal:  govern.Principal{ID: p.ID, Kind: p.Kind, Owner: p.CreatedBy},
 		Credential: &govern.Checked{Identity: ident},
 		LLM: &govern.LLMCall{Provider: prov.Name, API: ep[0], Model: model, Upstream: upstream, Stream: stream,
 			Tools: toolNames(req["tools"]), MaxTokens: maxTokens(req)}}
 	c.detail = map[string]any{"provider": prov.Name, "api": ep[0], "model": model, "upstream_model": upstream, "stream": stream}
+	if agent != "" {
+		c.detail["agent"] = agent
+	}
 
 	if len(prov.AllowModels) > 0 && !matchAny(prov.AllowModels, upstream) {
 		g.refuse(w, r, c, http.StatusForbidden, "permission_error", fmt.Sprintf("model %q is not allowed on provider %s", upstream, prov.Name))
 		return
 	}
-	c.price, c.priced = priceFor(g.cfg.LLM.Prices, upstream)
+	c.price, c.priced = priceFor(set.prices, upstream)
 	if !c.priced && g.cfg.LLM.RefuseUnpriced {
 		g.refuse(w, r, c, http.StatusForbidden, "permission_error", fmt.Sprintf("model %q has no price in the price table", upstream))
 		return
@@ -252,12 +387,30 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		c.dec = govern.Decision{Outcome: govern.Allow}
 	}
-	if b, why := g.meter.overBudget(g.cfg.LLM.Budgets, p.ID, g.cfg.Now()); b != "" {
+	// Reserve an estimate against the budgets before the call (max_tokens
+	// or the default, and a quarter of the body's bytes as input tokens)
+	// so that calls in flight count; settle records the real use before
+	// the reservation is released.
+	estOut := c.action.LLM.MaxTokens
+	if estOut <= 0 {
+		estOut = g.cfg.LLM.ReserveTokens
+	}
+	estIn := int64(len(body) / 4)
+	res, b, why, err := g.meter.reserve(r.Context(), set.budgets, p.ID, agent, g.cfg.Now(), spend{estIn + estOut, c.price.cost(estIn, estOut)})
+	if err != nil {
+		g.log.Error("llm gateway: budgets", "err", err)
+		c.outcome, c.detail["error"] = govern.AuditError, "cannot check budgets now"
+		writeError(w, kind, http.StatusServiceUnavailable, "api_error", "cannot check budgets now")
+		g.audit(r.Context(), c)
+		return
+	}
+	if b != "" {
 		c.detail["budget"] = b
 		w.Header().Set("X-Should-Retry", "false") // the SDKs would retry a 429
 		g.refuse(w, r, c, http.StatusTooManyRequests, "budget_exceeded", why)
 		return
 	}
+	defer g.meter.release(res)
 
 	// The upstream request: the provider's model name, usage asked for
 	// at the end of OpenAI chat streams.
@@ -373,8 +526,14 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, c *call, status
 func (g *Gateway) settle(ctx context.Context, c *call) {
 	in, out := c.usage.in(), c.usage.out()
 	cost := c.price.cost(in, out)
-	g.meter.add(c.ident.Principal.ID, c.model, g.cfg.Now(), in, out, cost)
+	u := store.LLMUsage{PrincipalID: c.ident.Principal.ID, Agent: c.agent, Day: g.cfg.Now().UTC().Format(time.DateOnly),
+		Provider: c.prov.Name, Model: c.model, Calls: 1, TokensIn: in, TokensOut: out, CostMicros: cost}
+	if err := g.cfg.Usage.AddLLMUsage(context.WithoutCancel(ctx), u); err != nil {
+		g.log.Error("llm gateway: record usage", "principal", u.PrincipalID, "err", err)
+		c.detail["usage_error"] = "the usage was not recorded"
+	}
 	c.detail["tokens_in"], c.detail["tokens_out"], c.detail["cost_micros"] = in, out, cost
+	g.observe(c, in, out, cost)
 	if !c.priced {
 		c.detail["unpriced"] = true
 	}
@@ -383,6 +542,7 @@ func (g *Gateway) settle(ctx context.Context, c *call) {
 
 func (g *Gateway) audit(ctx context.Context, c *call) {
 	c.detail["duration_ms"] = g.cfg.Now().Sub(c.start).Milliseconds()
+	g.countCall(c)
 	ev := govern.AuditEvent{RequestID: c.action.RequestID, Principal: c.ident.Principal.ID, Name: string(govern.KindLLMCall),
 		Target: "llm:" + c.prov.Name + "/" + c.model, Outcome: c.outcome, Detail: c.detail,
 		Governed: []govern.Decided{{Action: c.action, Decision: c.dec}}}
@@ -442,7 +602,9 @@ func (g *Gateway) relayStream(w http.ResponseWriter, body io.Reader, c *call, st
 					if _, werr := w.Write(event); werr != nil {
 						return werr
 					}
-					if fl != nil {
+					// Flush before the next read would wait on the
+					// upstream; events already read go out together.
+					if fl != nil && br.Buffered() == 0 {
 						fl.Flush()
 					}
 				}
@@ -493,7 +655,7 @@ func (u *usage) merge(v usage) {
 // fromEvent reads usage from one SSE data payload and reports whether it
 // is an OpenAI chat usage chunk (usage with no choices).
 func (u *usage) fromEvent(data []byte) bool {
-	if len(data) == 0 || data[0] != '{' {
+	if len(data) == 0 || data[0] != '{' || !hasUsageObject(data) {
 		return false
 	}
 	var ev struct {
@@ -519,6 +681,26 @@ func (u *usage) fromEvent(data []byte) bool {
 		u.merge(*ev.Response.Usage)
 	}
 	return ev.Usage != nil && ev.Choices != nil && len(*ev.Choices) == 0
+}
+
+// hasUsageObject reports whether data has a "usage" key whose value is an
+// object, so that most stream events ("usage":null or none) are passed on
+// without being decoded.
+func hasUsageObject(data []byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, []byte(`"usage"`))
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(`"usage"`):]
+		j := 0
+		for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t' || rest[j] == '\n' || rest[j] == '\r' || rest[j] == ':') {
+			j++
+		}
+		if j < len(rest) && rest[j] == '{' {
+			return true
+		}
+	}
 }
 
 func toolNames(raw json.RawMessage) []string {

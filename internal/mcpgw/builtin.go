@@ -107,12 +107,9 @@ func builtinCatalog(conn store.MCPConnector) ([]liveTool, error) {
 		return nil, err
 	}
 	allow := spec.(*BuiltinSpec).Tools
-	if len(allow) == 0 {
-		return all, nil
-	}
 	var out []liveTool
 	for _, t := range all {
-		if slices.Contains(allow, t.tool.Name) {
+		if len(allow) == 0 && !isMemoryTool(t.tool.Name) || slices.Contains(allow, t.tool.Name) {
 			out = append(out, t)
 		}
 	}
@@ -121,6 +118,9 @@ func builtinCatalog(conn store.MCPConnector) ([]liveTool, error) {
 
 // callBuiltin runs a builtin tool as the caller.
 func (g *Gateway) callBuiltin(ctx context.Context, c *caller, name string, args map[string]any) (*mcp.CallToolResult, error) {
+	if isMemoryTool(name) {
+		return g.callMemory(ctx, c, name, args)
+	}
 	if g.cfg.API == nil {
 		return nil, errors.New("the builtin connector is not available on this daemon")
 	}

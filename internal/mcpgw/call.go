@@ -241,7 +241,7 @@ func orEmptyObject(raw []byte) []byte {
 // callUpstream calls the tool upstream with a deadline, forwarding
 // progress notifications and (through ctx) cancellation.
 func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *exposedTool, req *mcp.CallToolRequest, args map[string]any, fwd json.RawMessage) (*mcp.CallToolResult, error) {
-	conn, err := g.cfg.Store.GetConnector(ctx, t.connector)
+	conn, err := g.connector(ctx, t.connector)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, errors.New("the connector is gone")
@@ -266,7 +266,7 @@ func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *e
 	if conn.Kind == store.MCPConnectorBuiltin {
 		return g.callBuiltin(ctx, c, t.upstream, args)
 	}
-	b, err := g.credentialFor(ctx, conn, vs.principal)
+	b, err := g.cachedCredential(ctx, conn, vs.principal)
 	if err != nil {
 		return nil, err
 	}

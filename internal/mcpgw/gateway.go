@@ -79,6 +79,9 @@ type Config struct {
 	// scopes, ownership checks, governance and audit (nil: builtin
 	// unavailable).
 	API http.Handler
+	// Memory serves the builtin connector's memory tools, each on the
+	// calling agent's own memory (internal/memory; nil: unavailable).
+	Memory MemoryTools
 	// AllowedOrigins are browser origins (scheme://host[:port]) allowed
 	// besides the request's own host and PublicURL's.
 	AllowedOrigins []string
@@ -95,8 +98,14 @@ type Config struct {
 	// (the middleware post hooks, mw.Set.PostJSON): out is the result to
 	// forward (result itself when unchanged); blocked refuses it with msg.
 	PostResult func(ctx context.Context, a *govern.Action, result []byte) (out []byte, blocked bool, msg string)
-	Log        *slog.Logger
-	Now        func() time.Time
+	// TokenKey (32 bytes or more) signs the audience-bound tokens
+	// TokenPath issues to MCP clients, and KeyIdentity checks the key a
+	// token was issued for on each use (clientauth.go). Either unset: no
+	// tokens; API keys only.
+	TokenKey    []byte
+	KeyIdentity KeyIdentity
+	Log         *slog.Logger
+	Now         func() time.Time
 }
 
 // Gateway serves virtual MCP servers. Safe for concurrent use.
@@ -116,6 +125,10 @@ type Gateway struct {
 	progress map[string]*progressRoute   // gateway progress token -> client's
 	closed   bool
 	nextTok  atomic.Uint64
+
+	oauthOnce sync.Once
+	oa        *oauthState // OAuth flows and refresh locks (oauth.go)
+	hot       hotCache    // the hot path's store reads (hotcache.go)
 }
 
 // New returns a gateway.
@@ -263,11 +276,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ident, err := g.cfg.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	challenge := `Bearer realm="warden", resource_metadata="` + g.resourceMetadataURL(id) + `", scope="` + string(ScopeUse) + `"`
+	var ident auth.Identity
+	var err error
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "+TokenPrefix); ok {
+		// A token TokenPath issued: bound to one server's URL.
+		ident, err = g.verifyToken(r.Context(), TokenPrefix+tok, id)
+		if errors.Is(err, errTokenInvalid) || errors.Is(err, errTokenAudience) || errors.Is(err, auth.ErrUnauthenticated) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="warden", error="invalid_token", error_description="`+
+				strings.ReplaceAll(err.Error(), `"`, "'")+`", resource_metadata="`+g.resourceMetadataURL(id)+`"`)
+			writeError(w, http.StatusUnauthorized, "unauthenticated", "token refused: "+err.Error())
+			return
+		}
+	} else {
+		ident, err = g.cfg.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	}
 	if err != nil {
 		if kind, _ := errkind.Of(err); kind == errkind.Unauthenticated || errors.Is(err, auth.ErrUnauthenticated) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="warden", scope="`+string(ScopeUse)+`"`)
-			writeError(w, http.StatusUnauthorized, "unauthenticated", "a Warden API key is required (Authorization: Bearer wdn_...)")
+			w.Header().Set("WWW-Authenticate", challenge)
+			writeError(w, http.StatusUnauthorized, "unauthenticated", "a Warden API key or an MCP token is required (Authorization: Bearer wdn_...)")
 			return
 		}
 		g.log.Error("mcp gateway: authenticate", "err", err)
@@ -279,7 +306,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "forbidden", "the key lacks the "+string(ScopeUse)+" scope")
 		return
 	}
-	granted, err := g.granted(r.Context(), id, ident.Principal.ID)
+	granted, err := g.cachedGranted(r.Context(), id, ident.Principal.ID)
 	if err != nil {
 		g.log.Error("mcp gateway: read grants", "server", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "cannot read grants now")

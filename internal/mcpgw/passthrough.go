@@ -322,7 +322,7 @@ func (vs *vserver) trimCapabilities(next mcp.MethodHandler) mcp.MethodHandler {
 // upstreamDo runs fn with the principal's upstream session of a
 // connector, under the connector's call deadline.
 func (g *Gateway) upstreamDo(ctx context.Context, vs *vserver, connectorID string, fn func(context.Context, *mcp.ClientSession) error) error {
-	conn, err := g.cfg.Store.GetConnector(ctx, connectorID)
+	conn, err := g.connector(ctx, connectorID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errors.New("the connector is gone")
@@ -335,7 +335,7 @@ func (g *Gateway) upstreamDo(ctx context.Context, vs *vserver, connectorID strin
 	timeout := connectorTimeout(conn)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	b, err := g.credentialFor(ctx, conn, vs.principal)
+	b, err := g.cachedCredential(ctx, conn, vs.principal)
 	if err != nil {
 		return err
 	}

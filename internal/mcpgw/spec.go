@@ -32,6 +32,28 @@ type RemoteSpec struct {
 	Auth *AuthSpec `json:"auth,omitempty"`
 	// TimeoutSeconds bounds one call upstream (default 60, at most 600).
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// OAuth, when set, has Warden obtain the credential with OAuth 2.1
+	// (authorization code with PKCE, oauth.go): POST
+	// /v1/mcp/connectors/{id}/oauth starts the flow; the tokens are kept
+	// in the secrets store and refreshed by the gateway.
+	OAuth *OAuthSpec `json:"oauth,omitempty"`
+}
+
+// OAuthSpec configures OAuth 2.1 for a remote connector. Everything is
+// optional: the authorization server is discovered from the upstream's
+// protected resource metadata (RFC 9728), and without ClientID Warden
+// registers itself (RFC 7591).
+type OAuthSpec struct {
+	// ClientID is a client registered with the authorization server
+	// beforehand; ClientSecretID, for a confidential client, names the
+	// secret (in the secrets store) holding its client secret.
+	ClientID       string `json:"client_id,omitempty"`
+	ClientSecretID string `json:"client_secret_id,omitempty"`
+	// Scopes are asked for (default: the resource's scopes_supported).
+	Scopes []string `json:"scopes,omitempty"`
+	// AuthorizationServer is the issuer to use when the upstream
+	// publishes no protected resource metadata.
+	AuthorizationServer string `json:"authorization_server,omitempty"`
 }
 
 // AuthSpec is how a credential is sent upstream: the secret's value as
@@ -60,7 +82,10 @@ type HostedSpec struct {
 }
 
 // BuiltinSpec is the builtin connector: Warden's own sandbox tools.
-// Tools, when set, limits the tools it offers (default all).
+// Tools, when set, limits the tools it offers (default all the sandbox
+// tools); the memory tools (memory_remember, memory_recall, memory_list,
+// memory_forget: the calling agent's own memory) are offered only when
+// listed here.
 type BuiltinSpec struct {
 	Tools []string `json:"tools,omitempty"`
 }
@@ -197,6 +222,24 @@ func (s *RemoteSpec) validate() error {
 		}
 		if strings.ContainsAny(a.Scheme, " \r\n\t") {
 			return fmt.Errorf("auth.scheme: one word")
+		}
+	}
+	if o := s.OAuth; o != nil {
+		if s.Auth != nil && (s.Auth.Header != "" || s.Auth.Scheme != "") {
+			return fmt.Errorf("oauth: the access token is sent as Authorization: Bearer; drop auth.header and auth.scheme")
+		}
+		if o.AuthorizationServer != "" {
+			if u, err := url.Parse(o.AuthorizationServer); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return fmt.Errorf("oauth.authorization_server: an http(s) URL")
+			}
+		}
+		for _, sc := range o.Scopes {
+			if sc == "" || strings.ContainsAny(sc, " \r\n\t\"\\") {
+				return fmt.Errorf("oauth.scopes: %q is not a scope", sc)
+			}
+		}
+		if len(o.ClientID) > 256 || strings.ContainsAny(o.ClientID, "\r\n") {
+			return fmt.Errorf("oauth.client_id: at most 256 characters, one line")
 		}
 	}
 	return nil

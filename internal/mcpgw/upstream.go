@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -89,6 +90,7 @@ func (s *upstreamSession) close() {
 type binding struct {
 	key      string // identifies the session: "shared", "none", "p:<principal>"
 	secretID string // "" for none
+	kind     string // the credential's kind: "header" or CredentialOAuth
 }
 
 // credentialFor picks the connector's credential for principal: its own
@@ -105,11 +107,11 @@ func (g *Gateway) credentialFor(ctx context.Context, conn store.MCPConnector, pr
 	}
 	b := binding{key: "none"}
 	if c, err := g.cfg.Store.GetMCPCredential(ctx, conn.ID, principal); err == nil {
-		b = binding{key: "p:" + principal, secretID: c.SecretID}
+		b = binding{key: "p:" + principal, secretID: c.SecretID, kind: c.Kind}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return binding{}, fmt.Errorf("read credential: %w", err)
 	} else if c, err := g.cfg.Store.GetMCPCredential(ctx, conn.ID, ""); err == nil {
-		b = binding{key: "shared", secretID: c.SecretID}
+		b = binding{key: "shared", secretID: c.SecretID, kind: c.Kind}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return binding{}, fmt.Errorf("read credential: %w", err)
 	}
@@ -318,12 +320,16 @@ func (g *Gateway) transport(ctx context.Context, conn store.MCPConnector, princi
 		if g.cfg.HTTPClient == nil {
 			return nil, errors.New("remote connectors are not available on this daemon")
 		}
+		if s.OAuth != nil && b.secretID == "" {
+			return nil, fmt.Errorf("connector %s needs OAuth authorization for this principal first (warden mcp connector auth %s)", conn.ID, conn.ID)
+		}
 		if s.Auth != nil && s.Auth.Required && b.secretID == "" {
 			return nil, fmt.Errorf("connector %s needs a credential and there is none for this principal", conn.ID)
 		}
 		base := g.cfg.HTTPClient()
 		hc := *base
-		hc.Transport = &credentialTransport{base: base.Transport, g: g, auth: s.Auth, secretID: b.secretID}
+		hc.Transport = &credentialTransport{base: base.Transport, g: g, auth: s.Auth, secretID: b.secretID,
+			oauth: b.kind == CredentialOAuth, connector: conn.ID}
 		if s.Transport == "sse" {
 			return &mcp.SSEClientTransport{Endpoint: s.URL, HTTPClient: &hc, MaxEventSize: g.cfg.MaxResultBytes + 64<<10}, nil
 		}
@@ -352,12 +358,51 @@ type credentialTransport struct {
 	g        *Gateway
 	auth     *AuthSpec
 	secretID string
+	// oauth: the secret holds OAuth tokens (oauth.go): the access token
+	// is sent as a bearer token, refreshed before it expires and once
+	// more when the upstream answers 401.
+	oauth     bool
+	connector string
 }
 
 func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	r.Header.Del("Authorization")
 	r.Header.Del("Cookie")
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if t.oauth && t.secretID != "" {
+		if t.g.cfg.Secrets == nil {
+			return nil, errors.New("connector credential: no secrets store")
+		}
+		tok, err := t.g.oauthAccess(r.Context(), t.connector, t.secretID, false, "")
+		if err != nil {
+			return nil, err
+		}
+		r.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := base.RoundTrip(r)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized || (r.Body != nil && r.GetBody == nil) {
+			return resp, err
+		}
+		// Refused: refresh (unless another request did already) and try
+		// once more.
+		nt, rerr := t.g.oauthAccess(r.Context(), t.connector, t.secretID, true, tok)
+		if rerr != nil || nt == tok {
+			return resp, nil
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		r2 := r.Clone(r.Context())
+		if r.GetBody != nil {
+			if r2.Body, err = r.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		r2.Header.Set("Authorization", "Bearer "+nt)
+		return base.RoundTrip(r2)
+	}
 	if t.secretID != "" {
 		if t.g.cfg.Secrets == nil {
 			return nil, errors.New("connector credential: no secrets store")
@@ -384,10 +429,6 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			val = scheme + " " + val
 		}
 		r.Header.Set(header, val)
-	}
-	base := t.base
-	if base == nil {
-		base = http.DefaultTransport
 	}
 	return base.RoundTrip(r)
 }

@@ -35,6 +35,9 @@ type Options struct {
 	// AllowedDomains are checked before it).
 	Dial safedial.Options
 	Log  *slog.Logger
+	// Worker, when set, runs the scripts in a separate worker process
+	// (worker.go); nil runs them in this process.
+	Worker *WorkerOptions
 }
 
 // Set is the installed middleware, in order. Safe for concurrent use;
@@ -44,6 +47,7 @@ type Set struct {
 	log    *slog.Logger
 	client *http.Client
 	mws    atomic.Pointer[[]*compiled]
+	worker *worker // nil: scripts run in this process
 }
 
 // New compiles mws into a Set.
@@ -61,6 +65,9 @@ func New(opts Options, mws ...Middleware) (*Set, error) {
 	}
 	if err := s.Replace(mws...); err != nil {
 		return nil, err
+	}
+	if opts.Worker != nil {
+		s.worker = newWorker(*opts.Worker, s.log)
 	}
 	return s, nil
 }
@@ -208,8 +215,18 @@ var (
 	errMemory  = errors.New("memory limit exceeded")
 )
 
-// call runs one hook in a fresh runtime under the limits.
-func (s *Set) call(ctx context.Context, c *compiled, phase string, a *govern.Action, result any) (v Verdict) {
+// call runs one hook: in the worker process when the Set has one
+// (worker.go), else here.
+func (s *Set) call(ctx context.Context, c *compiled, phase string, a *govern.Action, result any) Verdict {
+	if s.worker != nil {
+		return s.worker.call(ctx, c, phase, a, result)
+	}
+	return s.callHere(ctx, c, phase, a, result)
+}
+
+// callHere runs one hook in a fresh runtime of this process under the
+// limits.
+func (s *Set) callHere(ctx context.Context, c *compiled, phase string, a *govern.Action, result any) (v Verdict) {
 	start := time.Now()
 	v = Verdict{Middleware: c.Name}
 	defer func() { v.Elapsed = time.Since(start) }()

@@ -46,6 +46,9 @@ func Stage(s *Set) govern.Stage {
 // tools/call result): out is the result to forward (result itself when no
 // middleware changed it); blocked means the door must refuse with msg.
 func (s *Set) PostJSON(ctx context.Context, a *govern.Action, result []byte) (out []byte, blocked bool, msg string) {
+	if !s.runsAny(a.Kind) {
+		return result, false, ""
+	}
 	var r any
 	if err := json.Unmarshal(result, &r); err != nil {
 		return nil, true, "middleware: result is not JSON"
@@ -68,4 +71,14 @@ func (s *Set) PostJSON(ctx context.Context, a *govern.Action, result []byte) (ou
 		}
 	}
 	return result, false, ""
+}
+
+// runsAny reports whether some installed middleware runs for k.
+func (s *Set) runsAny(k govern.Kind) bool {
+	for _, c := range *s.mws.Load() {
+		if c.runsFor(k) {
+			return true
+		}
+	}
+	return false
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/crashpoint"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
+	"github.com/warden-sandbox/warden/internal/volume"
 )
 
 // Templates resolves template names.
@@ -73,6 +74,10 @@ type Config struct {
 	// AfterStart, if set, runs once a created sandbox is running, before
 	// Create returns (the daemon hands it its credential grants).
 	AfterStart func(ctx context.Context, sb store.Sandbox)
+	// PausedRetention is how long a paused sandbox is kept before it is
+	// deleted, unless its create asked for its own (lifetime.go); 0:
+	// until killed.
+	PausedRetention time.Duration
 	// Probe, if set, is asked to make backend id available when a create
 	// asks for one the manager lacks (one the daemon brings up later, such
 	// as gvisor once runsc is installed); it reports whether it added it
@@ -114,6 +119,15 @@ type CreateRequest struct {
 	// NoSudo turns off sudo inside the sandbox (on by default: see
 	// internal/agent/sudo and docs/security.md).
 	NoSudo bool
+	// Volumes are the owner's persistent volumes to mount (volumes.go).
+	Volumes []volume.Request
+	// IdleTimeout, MaxLifetime, OnIdle ("pause", the default, or "kill")
+	// and PausedRetention are the sandbox's lifetimes (lifetime.go); zero:
+	// none. With an idle timeout and no Timeout there is no countdown.
+	IdleTimeout     time.Duration
+	MaxLifetime     time.Duration
+	OnIdle          string
+	PausedRetention time.Duration
 }
 
 // Manager runs sandboxes on its backends.
@@ -137,6 +151,11 @@ type Manager struct {
 
 	portOnce sync.Once
 	ports    *http.Transport // see PortTransport
+
+	vols VolumeAttacher // see volumes.go; nil: no volumes
+
+	act   activity         // last activity of each sandbox (lifetime.go)
+	clock func() time.Time // lifetimes' clock; nil: time.Now
 
 }
 
@@ -295,7 +314,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		ID: id, Template: req.Template, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), Owner: req.Owner, Backend: bk.ID(),
 		CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryBytes >> 20, DiskMB: spec.Limits.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: spec.User, Workdir: spec.Workdir,
-		CreatedAt: now, ExpiresAt: now.Add(req.Timeout), EnvdKey: req.EnvdKey, Name: req.Name,
+		CreatedAt: now, ExpiresAt: expiresAt(now, req.Timeout), EnvdKey: req.EnvdKey, Name: req.Name,
 	}
 	if err := setState(&sb, StateStarting); err != nil {
 		return store.Sandbox{}, err
@@ -304,6 +323,9 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, fmt.Errorf("record sandbox: %w", asNameTaken(err, req.Name))
 	}
 	release()
+	if err := m.attachVolumes(ctx, id, req, &spec); err != nil {
+		return store.Sandbox{}, err
+	}
 	// Boot even if the caller goes away: the record must end in a real state.
 	bctx := context.WithoutCancel(ctx)
 	h, err := m.boot(bctx, id, bk, spec, pol, bk.Start, "start failed: ")
@@ -358,7 +380,7 @@ func (m *Manager) poolable(req CreateRequest) bool {
 	if m.b.Capabilities().Network == backend.NetworkBeforeStart && req.Network != nil && req.Network.Mode != network.ModeNone {
 		return false // a pooled sandbox of such a backend has no network namespace
 	}
-	return req.Template == template.BaseName && req.User == "" && req.Workdir == "" && req.Isolation == m.b.ID() && !req.NoSudo &&
+	return len(req.Volumes) == 0 && req.Template == template.BaseName && req.User == "" && req.Workdir == "" && req.Isolation == m.b.ID() && !req.NoSudo &&
 		(req.CPUMillis == 0 || req.CPUMillis == d.CPUMillis) &&
 		(req.MemoryMB == 0 || req.MemoryMB<<20 == d.MemoryBytes) &&
 		(req.DiskMB == 0 || req.DiskMB<<20 == d.DiskBytes)
@@ -418,7 +440,7 @@ func (m *Manager) startPooled(ctx context.Context, req CreateRequest, p pooled) 
 		ID: id, Template: template.BaseName, TemplateID: tm.ID, Lifecycle: lifecycleOf(req), Network: networkOf(req), Owner: req.Owner, Backend: m.b.ID(),
 		CPUMillis: d.CPUMillis, MemoryMB: d.MemoryBytes >> 20, DiskMB: d.DiskBytes >> 20,
 		Env: req.Env, Metadata: req.Metadata, User: tm.User, Workdir: tm.Workdir,
-		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(req.Timeout), Handle: raw, EnvdKey: req.EnvdKey, Name: req.Name,
+		CreatedAt: now, StartedAt: now, ExpiresAt: expiresAt(now, req.Timeout), Handle: raw, EnvdKey: req.EnvdKey, Name: req.Name,
 	}
 	m.setHandle(id, m.b, h) // in the place create reserved under p.id
 	m.setClient(id, c)
@@ -683,6 +705,8 @@ func (m *Manager) finish(ctx context.Context, id string, final State, reason str
 		m.log.Error("record sandbox end", "sandbox", id, "err", err)
 		return
 	}
+	m.detachVolumes(ctx, id)
+	m.forgetActivity(id)
 	if m.cfg.OnEnd != nil {
 		m.cfg.OnEnd(sb)
 	}
@@ -722,6 +746,9 @@ func markPaused(s *store.Sandbox) error {
 	// whole timeout when less was (a sandbox paused at its timeout
 	// would otherwise be killed at once).
 	s.Lifecycle.ResumeTimeout = max(time.Until(s.ExpiresAt), s.Lifecycle.Timeout, time.Second).Round(time.Second)
+	if s.ExpiresAt.IsZero() { // no countdown (an idle timeout alone): none when resumed either
+		s.Lifecycle.ResumeTimeout = 0
+	}
 	s.Lifecycle.PausedAt = time.Now().UTC()
 	return nil
 }
@@ -789,7 +816,17 @@ func networkOf(req CreateRequest) json.RawMessage {
 
 // lifecycleOf is the stored lifecycle of a create request.
 func lifecycleOf(req CreateRequest) store.Lifecycle {
-	return store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout, NoSudo: req.NoSudo, AutoPauseCold: req.AutoPauseCold}
+	lc := store.Lifecycle{AutoPause: req.AutoPause, AutoResume: req.AutoResume, Timeout: req.Timeout, NoSudo: req.NoSudo, AutoPauseCold: req.AutoPauseCold}
+	lifecycleOfLifetimes(&lc, req)
+	return lc
+}
+
+// expiresAt is the end of a countdown of d from now; none (zero) when d is.
+func expiresAt(now time.Time, d time.Duration) time.Time {
+	if d == 0 {
+		return time.Time{}
+	}
+	return now.Add(d)
 }
 
 // Wake resumes sb if it is paused and was created with AutoResume, and
@@ -860,6 +897,7 @@ func (m *Manager) Agent(ctx context.Context, id string) (*agentclient.Client, er
 // for the ownership check), so the exec and file paths read the store once.
 func (m *Manager) AgentFor(sb store.Sandbox) (*agentclient.Client, error) {
 	id := sb.ID
+	m.Touch(id) // activity, for idle timeouts (lifetime.go)
 	if State(sb.State) == StatePaused && sb.Lifecycle.AutoResume {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		woken, err := m.Wake(ctx, sb)
@@ -1024,6 +1062,7 @@ func (m *Manager) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			m.reapExpired(ctx)
+			m.reapLifetimes(ctx)
 		}
 	}
 }
@@ -1038,6 +1077,7 @@ func (m *Manager) reapExpired(ctx context.Context) {
 			continue
 		}
 		if sb.Lifecycle.AutoPause {
+			m.lifecycleEvent(id, "timeout_pause", "timeout reached")
 			pause := m.Pause
 			if sb.Lifecycle.AutoPauseCold {
 				pause = m.PauseCold
@@ -1057,6 +1097,7 @@ func (m *Manager) reapExpired(ctx context.Context) {
 			}
 		}
 		m.log.Info("sandbox timed out", "sandbox", id)
+		m.lifecycleEvent(id, "timeout_kill", "timeout reached")
 		m.kill(ctx, id, "timeout")
 	}
 }

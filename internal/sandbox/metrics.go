@@ -118,6 +118,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 
 // Resume thaws a paused sandbox.
 func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
+	m.Touch(id) // a resume is activity (lifetime.go)
 	start, iso := time.Now(), m.isolationOf(id)
 	sb, err := m.resume(ctx, id)
 	m.met.observe("resume", iso, start, err)

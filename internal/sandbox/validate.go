@@ -54,14 +54,16 @@ func (m *Manager) validate(req *CreateRequest) error {
 	if req.Template == "" {
 		req.Template = template.BaseName
 	}
-	if req.Timeout == 0 {
+	if req.Timeout == 0 && req.IdleTimeout == 0 {
 		req.Timeout = m.cfg.DefaultTimeout
 	}
 	if len(req.Template) > MaxTemplateName {
 		return fmt.Errorf("%w: template: at most %d bytes", ErrInvalid, MaxTemplateName)
 	}
-	if err := m.CheckTimeout(req.Timeout); err != nil {
-		return err
+	if req.Timeout != 0 || req.IdleTimeout == 0 { // an idle timeout alone: no countdown
+		if err := m.CheckTimeout(req.Timeout); err != nil {
+			return err
+		}
 	}
 	switch {
 	case req.CPUMillis != 0 && (req.CPUMillis < MinCPUMillis || req.CPUMillis > MaxCPUMillis):
@@ -102,6 +104,12 @@ func (m *Manager) validate(req *CreateRequest) error {
 	}
 	if !ok {
 		return fmt.Errorf("%w: isolation %q is not available on this daemon (available: %s)", ErrInvalid, clip(req.Isolation), strings.Join(m.Backends(), ", "))
+	}
+	if err := m.checkVolumes(b, req); err != nil {
+		return err
+	}
+	if err := m.checkLifetime(b, req); err != nil {
+		return err
 	}
 	if (req.AutoPause || req.AutoResume) && !b.Capabilities().Pause {
 		return fmt.Errorf("%w: auto_pause and auto_resume need a backend that can pause; %s cannot", ErrInvalid, b.ID())

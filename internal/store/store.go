@@ -156,6 +156,14 @@ type Lifecycle struct {
 	// AutoPauseCold: the pause at the timeout (AutoPause) keeps only the
 	// files, as Cold (E2B's autoPauseMemory false).
 	AutoPauseCold bool `json:"auto_pause_cold,omitempty"`
+	// IdleTimeout, when set, pauses the sandbox (or kills it, IdleKill)
+	// after that long without activity; MaxLifetime kills it that long
+	// after its creation; PausedRetention deletes it once paused that
+	// long (internal/sandbox/lifetime.go). Zero: none.
+	IdleTimeout     time.Duration `json:"idle_timeout_ns,omitempty"`
+	IdleKill        bool          `json:"idle_kill,omitempty"`
+	MaxLifetime     time.Duration `json:"max_lifetime_ns,omitempty"`
+	PausedRetention time.Duration `json:"paused_retention_ns,omitempty"`
 }
 
 // Sandbox is the stored form of a sandbox. State is opaque to the store;

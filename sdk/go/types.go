@@ -102,6 +102,18 @@ type CreateSandboxRequest struct {
 	Sudo *bool `json:"sudo,omitempty"`
 	// Network is the sandbox's network policy; nil means none (loopback only).
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Volumes are the caller's persistent volumes to mount (see [Client.CreateVolume]):
+	// read-write by this sandbox alone, or read-only by any number.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// IdleTimeoutSeconds pauses the sandbox (or kills it, OnIdle "kill") after that long
+	// without activity; a call wakes a sandbox paused so. Without TimeoutSeconds the sandbox
+	// then has no countdown.
+	IdleTimeoutSeconds int    `json:"idle_timeout_seconds,omitempty"`
+	OnIdle             string `json:"on_idle,omitempty"`
+	// MaxLifetimeSeconds kills the sandbox that long after its creation (0: unlimited).
+	MaxLifetimeSeconds int `json:"max_lifetime_seconds,omitempty"`
+	// PausedRetentionSeconds deletes the sandbox once paused that long (0: the daemon's).
+	PausedRetentionSeconds int `json:"paused_retention_seconds,omitempty"`
 }
 
 // ForkRequest is the body of [Client.ForkSandbox]. Zero fields take defaults.
@@ -399,7 +411,11 @@ const (
 	ScopeMCPUse   = "mcp:use"
 	// llm:use calls models through the LLM gateway (/llm/...).
 	ScopeLLMUse = "llm:use"
-	ScopeAdmin  = "admin"
+	// monitor:read reads the Agent Monitor's timelines; monitor:write
+	// reports the key's own events (ingest, Claude Code hooks).
+	ScopeMonitorRead  = "monitor:read"
+	ScopeMonitorWrite = "monitor:write"
+	ScopeAdmin        = "admin"
 )
 
 // APIKey is an API key's public record; the secret is never returned after creation.

@@ -157,7 +157,9 @@ func startDaemonEnv(t *testing.T, state, run string, env []string, extra ...stri
 		}
 		d.stop(syscall.SIGTERM)
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	// The first daemon of a run builds the shared base template (a
+	// hard-link snapshot of /usr), which takes a minute on a busy host.
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		resp, err := http.Get(d.url + "/healthz")
 		if err == nil {

@@ -151,6 +151,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Handle
 	if err := spec.Validate(); err != nil {
 		return backend.Handle{}, err
 	}
+	if len(spec.Volumes) > 0 {
+		return backend.Handle{}, fmt.Errorf("%w: the fake backend cannot mount volumes", backend.ErrUnsupported)
+	}
 	dir := b.Dir(spec.ID)
 	// A unix socket path holds at most 107 bytes.
 	if sock := filepath.Join(dir, "agent.sock"); len(sock) > 107 {

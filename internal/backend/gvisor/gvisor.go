@@ -672,6 +672,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 	if len(spec.Uppers) > 0 {
 		return h, fmt.Errorf("%w: the gvisor backend cannot capture writable layers (Spec.Uppers)", backend.ErrInvalidSpec)
 	}
+	if len(spec.Volumes) > 0 {
+		return h, fmt.Errorf("%w: the gvisor backend cannot mount volumes yet (Capabilities.Volumes is false)", backend.ErrUnsupported)
+	}
 	spec.Limits = spec.Limits.WithDefaults()
 	for _, l := range spec.Layers {
 		if st, err := os.Stat(l.Path); err != nil || !st.IsDir() {

@@ -341,7 +341,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "namespaces", Pause: true, Events: true, Network: backend.NetworkAfterStart, NeedsRoot: true, CaptureUpper: true, ColdRestart: true}
+	return backend.Capabilities{Isolation: "namespaces", Pause: true, Events: true, Network: backend.NetworkAfterStart, NeedsRoot: true, CaptureUpper: true, ColdRestart: true, Volumes: true}
 }
 
 func (b *Backend) handle(bx *box) backend.Handle {
@@ -600,6 +600,17 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 			fds = append(fds, fd)
 		}
 	}
+	// Volumes: idmapped like the layers, so their files keep the ids the
+	// sandbox sees (portable between sandboxes); nosuid, nodev, ro if asked.
+	var vols []nswire.Volume
+	for _, v := range spec.Volumes {
+		fd, err := idmappedTree(pid, v.Source, v.ReadOnly)
+		if err != nil {
+			return fmt.Errorf("volume at %s: %w", v.Target, err)
+		}
+		vols = append(vols, nswire.Volume{Target: v.Target, Fd: len(fds), ReadOnly: v.ReadOnly})
+		fds = append(fds, fd)
+	}
 	rootCaps, err := caps.ByName(spec.RootCaps)
 	if err != nil {
 		return err
@@ -622,6 +633,7 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 		Landlock:  b.cfg.Landlock,
 		Seccomp:   b.seccomp,
 		SudoFd:    sudoFd,
+		Volumes:   vols,
 		Agent:     agentcfg.Config{DefaultUser: spec.User, DefaultWorkdir: spec.Workdir, Env: spec.Env, DiskBytes: spec.Limits.DiskBytes, Sudo: sudoFd != nil},
 	}
 	conn, err := net.FileConn(parentF)

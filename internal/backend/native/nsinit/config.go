@@ -26,6 +26,7 @@ import (
 type (
 	Config = nswire.Config
 	Layer  = nswire.Layer
+	Volume = nswire.Volume
 )
 
 // Fds inherited by "warden-agent init".

@@ -67,6 +67,9 @@ func setup(cfg *Config, fds []int) error {
 	if err := buildRoot(*cfg, fds); err != nil {
 		return err
 	}
+	if err := mountVolumes("root", cfg.Volumes, fds); err != nil {
+		return err
+	}
 	if cfg.Agent.Sudo {
 		if err := mountSudo("root", cfg.SudoFd, fds); err != nil {
 			// No sudo then, rather than a mount through an unsafe path.

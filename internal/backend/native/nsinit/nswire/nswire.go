@@ -34,6 +34,15 @@ type Layer struct {
 	Fd     int    `json:"fd"`
 }
 
+// Volume is a persistent volume: the detached, idmapped, nosuid, nodev
+// (and, if ReadOnly, read-only) mount at index Fd of the SCM_RIGHTS set,
+// to be attached at Target.
+type Volume struct {
+	Target   string `json:"target"`
+	Fd       int    `json:"fd"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
 // Config is what wardend sends to the init.
 type Config struct {
 	Hostname  string          `json:"hostname"`
@@ -49,6 +58,7 @@ type Config struct {
 	Landlock  string          `json:"landlock"`          // "require", "best-effort" or "off"
 	Seccomp   []byte          `json:"seccomp"`           // the assembled filter, see sbinit.EncodeProgram
 	SudoFd    *int            `json:"sudo_fd,omitempty"` // index of the fd of a detached read-only mount of the agent binary, for /usr/local/bin/sudo
+	Volumes   []Volume        `json:"volumes,omitempty"` // persistent volumes, bound after the root is built
 	Agent     agentcfg.Config `json:"agent"`
 }
 

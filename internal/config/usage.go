@@ -1,0 +1,15 @@
+package config
+
+import "time"
+
+// UsageConfig configures the signed checkpoints of the audit log
+// (internal/audit, docs/security.md).
+type UsageConfig struct {
+	// CheckpointInterval is how often a signed checkpoint of the audit
+	// log (a Merkle tree head) is made when the log grew (default 1h;
+	// negative turns checkpoints off).
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// CheckpointURL, when set, receives each checkpoint as a POST of the
+	// signed note (text/plain), besides the file in the state directory.
+	CheckpointURL string `yaml:"checkpoint_url"`
+}

@@ -1,0 +1,65 @@
+package mcpgw
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/errkind"
+)
+
+// MemoryTools serves the builtin memory tools (*memory.Service): the
+// calling identity's own memory, never another's. Its errors are the
+// tool's error text (a guard's refusal names the detector).
+type MemoryTools interface {
+	CallTool(ctx context.Context, ident auth.Identity, name string, args map[string]any) (any, error)
+}
+
+// The memory tools (internal/memory's names; no run: Config.Memory serves
+// them). A builtin connector offers them only when its spec lists them:
+// {"tools": ["memory_remember", ...]}.
+var memoryBuiltinTools = []builtinTool{
+	{&mcp.Tool{Name: "memory_remember", Description: "Remember a note under a key in your own long-term memory " +
+		"(a new version if the key exists). Memory outlives this run and sandbox; never store secrets.",
+		InputSchema: schema(map[string]any{"key": strProp("A short name for the note, e.g. user/alice or runbook/deploy."),
+			"text": strProp("The note (up to 64 KiB)."),
+			"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "Optional tags."}},
+			"key", "text"), Annotations: destructive(false)}, nil},
+	{&mcp.Tool{Name: "memory_recall", Description: "Search your memory by words (or fetch one key); best matches first.",
+		InputSchema: schema(map[string]any{"query": strProp("Words to search for."), "key": strProp("Fetch this key instead."),
+			"tag": strProp("Only notes with this tag."), "limit": intProp("At most this many (default 100).")}),
+		Annotations: readOnly}, nil},
+	{&mcp.Tool{Name: "memory_list", Description: "List the notes in your memory (latest versions), by key.",
+		InputSchema: schema(map[string]any{"prefix": strProp("Only keys starting with this."), "tag": strProp("Only notes with this tag."),
+			"limit": intProp("At most this many (default 100).")}), Annotations: readOnly}, nil},
+	{&mcp.Tool{Name: "memory_forget", Description: "Forget a key of your memory (its history stays for review).",
+		InputSchema: schema(map[string]any{"key": strProp("The key.")}, "key"), Annotations: destructive(true)}, nil},
+}
+
+func init() { builtinTools = append(builtinTools, memoryBuiltinTools...) }
+
+func isMemoryTool(name string) bool {
+	return slices.ContainsFunc(memoryBuiltinTools, func(t builtinTool) bool { return t.tool.Name == name })
+}
+
+// callMemory runs a memory tool as the caller.
+func (g *Gateway) callMemory(ctx context.Context, c *caller, name string, args map[string]any) (*mcp.CallToolResult, error) {
+	if g.cfg.Memory == nil {
+		return nil, errors.New("memory is not available on this daemon")
+	}
+	out, err := g.cfg.Memory.CallTool(ctx, c.ident, name, args)
+	if err != nil {
+		msg := err.Error()
+		if kind, m := errkind.Of(err); m != "" {
+			msg = m
+		} else if kind == errkind.Internal {
+			g.log.Error("mcp gateway: memory tool", "tool", name, "err", err)
+			msg = "memory failed"
+		}
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, nil
+	}
+	return textResult(out)
+}
