@@ -15,10 +15,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	_ "github.com/warden-sandbox/warden/internal/backend/all" // the backends this build ships
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/daemon"
 	"github.com/warden-sandbox/warden/internal/mw"
-	_ "github.com/warden-sandbox/warden/internal/backend/all" // the backends this build ships
 )
 
 func main() {

@@ -119,14 +119,15 @@ type Service struct {
 	now    func() time.Time
 	replay replayCache
 
-	mu     sync.Mutex
-	active map[string]*activeRun // by run ID
-	cron   map[string]time.Time  // next fire by agent ID + "/" + index
-	kick   chan struct{}
-	dedupe *slack.Deduper // Slack event IDs (slackrun.go)
-	wg     sync.WaitGroup
-	ctx    context.Context
-	stop   context.CancelFunc
+	mu      sync.Mutex
+	active  map[string]*activeRun // by run ID
+	cron    map[string]time.Time  // next fire by agent ID + "/" + index
+	kick    chan struct{}
+	dedupe  *slack.Deduper // Slack event IDs (slackrun.go)
+	closing bool           // Close began: no run starts
+	wg      sync.WaitGroup
+	ctx     context.Context
+	stop    context.CancelFunc
 }
 
 type activeRun struct {
@@ -356,12 +357,15 @@ func (s *Service) Start(ctx context.Context) error {
 // Close cancels the live runs (they end failed, "daemon stopping") and
 // waits for them.
 func (s *Service) Close() {
-	s.stop()
+	// The runs first, with their cause: cancelling the parent would give
+	// them context.Canceled.
 	s.mu.Lock()
+	s.closing = true
 	for _, ar := range s.active {
 		ar.cancel(errStopping)
 	}
 	s.mu.Unlock()
+	s.stop()
 	s.wg.Wait()
 }
 
@@ -443,6 +447,9 @@ func (s *Service) dispatch() {
 	agents := map[string]*store.Agent{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
 	for _, r := range queued {
 		if len(s.active) >= s.cfg.MaxRuns {
 			return

@@ -398,6 +398,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /v1/policies", action: "policy.list", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.listPolicies},
 		// A dry run also needs audit:read (checked inside): it shows audit events.
 		{pattern: "POST /v1/guard/test", action: "guard.test", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.guardTest},
+		{pattern: "POST /v1/guard/eval", action: "guard.eval", scope: auth.ScopePoliciesRead, nokind: nkGovernance, h: s.guardEval},
 		// Middleware (mwadmin.go): admin scope, never an agent's key.
 		{pattern: "GET /v1/middleware", action: "middleware.list", scope: auth.ScopeAdmin, nokind: nkMiddleware, h: s.listMiddleware},
 		{pattern: "POST /v1/middleware/test", action: "middleware.test", scope: auth.ScopeAdmin, nokind: nkMiddleware, h: s.testMiddleware},

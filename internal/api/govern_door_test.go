@@ -262,6 +262,7 @@ func TestGovernDoorDenies(t *testing.T) {
 		{"DELETE /v1/mcp/connectors/{id}", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/connectors/" + mconn, "", "", nil},
 		{"PUT /v1/mcp/connectors/{id}/credentials", govern.KindMCPAdmin, admin, "PUT", "/v1/mcp/connectors/" + mconn + "/credentials", "application/json", `{"secret_id":"` + sec.ID + `"}`, nil},
 		{"DELETE /v1/mcp/connectors/{id}/credentials", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/connectors/" + mconn + "/credentials", "", "", nil},
+		{"POST /v1/mcp/connectors/{id}/oauth", govern.KindMCPAdmin, admin, "POST", "/v1/mcp/connectors/" + mconn + "/oauth", "application/json", `{"shared":true}`, nil},
 		{"POST /v1/mcp/servers", govern.KindMCPAdmin, admin, "POST", "/v1/mcp/servers", "application/json", mspec, nil},
 		{"PUT /v1/mcp/servers/{id}", govern.KindMCPAdmin, admin, "PUT", "/v1/mcp/servers/door-srv", "application/json", `{"spec":{"connectors":[{"connector":"` + mconn + `"}]}}`, nil},
 		{"DELETE /v1/mcp/servers/{id}", govern.KindMCPAdmin, admin, "DELETE", "/v1/mcp/servers/door-srv", "", "", nil},

@@ -198,10 +198,12 @@ func (s *Server) finishAudit(r *http.Request, err error) {
 	if governed := len(st.governed) > 0; st.ident == nil && !governed && !strings.HasPrefix(st.action, "file.presigned_") {
 		return
 	}
-	// Callers without a key (preview traffic, presigned links) are audited
-	// at most once a second per action and target; the next event counts
-	// the ones left out.
-	if st.ident == nil {
+	// Refusals of callers without a key (preview traffic, presigned links)
+	// and preview traffic a rule flagged are audited at most once a second
+	// per action and target; the next event counts the ones left out.
+	// Actions that took effect (a presigned upload) and decisions with
+	// guardrail findings are always audited.
+	if st.ident == nil && (oc == govern.AuditDenied || st.action == "port.proxy") && !hasFindings(st.governed) {
 		n, ok := s.anonAudit.allow(st.action+" "+st.target, s.now())
 		if !ok {
 			return
@@ -216,6 +218,16 @@ func (s *Server) finishAudit(r *http.Request, err error) {
 		}
 	}
 	s.appendAudit(r.Context(), st, oc)
+}
+
+// hasFindings reports whether a decision found something in the content.
+func hasFindings(ds []govern.Decided) bool {
+	for _, d := range ds {
+		if len(d.Decision.Findings) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // commitAudit appends the call's audit event now, with the given outcome,

@@ -42,15 +42,15 @@ func (s *Server) startMCPOAuth(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	oa, ok := s.cfg.MCP.(MCPOAuth)
-	if !ok {
-		return apierr.Unavailable("the MCP gateway does not run OAuth on this daemon", nil)
-	}
 	st.target = id
 	st.detail["principal_id"] = pid
 	if err := s.decide(r, &govern.Action{MCPAdmin: &govern.MCPAdmin{Op: "oauth_start", Object: "credential", ID: id,
 		Connector: id, PrincipalID: pid}}); err != nil {
 		return err
+	}
+	oa, ok := s.cfg.MCP.(MCPOAuth)
+	if !ok {
+		return apierr.Unavailable("the MCP gateway does not run OAuth on this daemon", nil)
 	}
 	start, err := oa.StartOAuth(r.Context(), id, pid, st.principal)
 	switch {

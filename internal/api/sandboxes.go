@@ -61,6 +61,11 @@ type sandboxJSON struct {
 	Sudo bool `json:"sudo"`
 	// Network is the sandbox's network policy (mode none: loopback only).
 	Network network.Policy `json:"network"`
+	// Lifetimes (internal/sandbox/lifetime.go); absent: none.
+	IdleTimeoutSeconds     int64  `json:"idle_timeout_seconds,omitempty"`
+	OnIdle                 string `json:"on_idle,omitempty"`
+	MaxLifetimeSeconds     int64  `json:"max_lifetime_seconds,omitempty"`
+	PausedRetentionSeconds int64  `json:"paused_retention_seconds,omitempty"`
 }
 
 func toSandbox(sb store.Sandbox) sandboxJSON {
@@ -84,6 +89,13 @@ func toSandbox(sb store.Sandbox) sandboxJSON {
 	} else if !sb.ExpiresAt.IsZero() { // zero: no countdown (an idle timeout alone)
 		t := sb.ExpiresAt.UTC()
 		out.ExpiresAt = &t
+	}
+	if lc := sb.Lifecycle; lc.IdleTimeout > 0 || lc.MaxLifetime > 0 || lc.PausedRetention > 0 {
+		out.IdleTimeoutSeconds, out.MaxLifetimeSeconds = int64(lc.IdleTimeout/time.Second), int64(lc.MaxLifetime/time.Second)
+		out.PausedRetentionSeconds = int64(lc.PausedRetention / time.Second)
+		if lc.IdleTimeout > 0 {
+			out.OnIdle = map[bool]string{false: "pause", true: "kill"}[lc.IdleKill]
+		}
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}

@@ -835,6 +835,10 @@ func TestSpecSDKTypes(t *testing.T) {
 		{"MCPTool", warden.MCPTool{}, nil},
 		{"MCPCredential", warden.MCPCredential{}, nil},
 		{"MCPCredentialWrite", warden.MCPCredentialWrite{}, nil},
+		{"Agent", warden.Agent{}, nil},
+		{"AgentVersion", warden.AgentVersion{}, nil},
+		{"AgentRun", warden.AgentRun{}, nil},
+		{"AgentLogLine", warden.AgentLogLine{}, nil},
 	} {
 		s := obj(schemas[c.schema])
 		if s == nil {

@@ -126,7 +126,8 @@ func agentLsCmd() *command {
 }
 
 func agentGetCmd() *command {
-	c := &command{name: "get", aliases: []string{"inspect"}, args: "NAME", short: "Show an agent and its spec", json: true}
+	c := &command{name: "get", aliases: []string{"inspect"}, args: "NAME", short: "Show an agent and its spec", json: true,
+		long: "Print the agent as JSON: its principal, owner, current version and spec."}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 1 {
 			return usageErr(c, "want the agent's name")
@@ -167,7 +168,8 @@ func agentRmCmd() *command {
 }
 
 func agentVersionsCmd() *command {
-	c := &command{name: "versions", args: "NAME", short: "List an agent's versions", json: true}
+	c := &command{name: "versions", args: "NAME", short: "List an agent's versions", json: true,
+		long: "List the versions of an agent's spec, oldest first; each run records the version it ran."}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 1 {
 			return usageErr(c, "want the agent's name")
@@ -291,7 +293,8 @@ func printAgentLogLine(r *runner, l warden.AgentLogLine) {
 func agentRunsCmd() *command {
 	var state string
 	var limit int
-	c := &command{name: "runs", args: "NAME", short: "List an agent's runs, newest first", json: true}
+	c := &command{name: "runs", args: "NAME", short: "List an agent's runs, newest first", json: true,
+		long: "List an agent's runs with their trigger, state, exit code, duration and the reason they ended."}
 	c.flags = func(fs *flagSet) {
 		fs.String(&state, "state", "STATE", "only runs in this state (queued, running, succeeded, failed, timed_out, cancelled)")
 		fs.Int(&limit, "limit", "N", "at most N runs (default 50)")

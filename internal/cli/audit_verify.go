@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/warden-sandbox/warden/internal/audit"
 	warden "github.com/warden-sandbox/warden/sdk/go"
+	"github.com/warden-sandbox/warden/sdk/go/auditcheck"
 )
 
 func auditVerifyCmd() *command {
@@ -85,11 +85,11 @@ func verifyCheckpoints(ctx context.Context, cl *warden.Client, file, keyFile str
 	if err != nil {
 		return warden.VerifyReport{}, fmt.Errorf("read checkpoint key: %w", err)
 	}
-	cps, err := audit.ParseCheckpoints(data, string(vkey))
+	cps, err := auditcheck.ParseCheckpoints(data, string(vkey))
 	if err != nil {
 		return warden.VerifyReport{}, fmt.Errorf("%s: %w", file, err)
 	}
-	lc := audit.NewLogChecker(cps)
+	lc := auditcheck.NewLogChecker(cps)
 	for ev, err := range cl.AllAuditEvents(ctx, warden.AuditQuery{Limit: 1000}) {
 		if err != nil {
 			return warden.VerifyReport{}, err

@@ -22,7 +22,7 @@ func guardCmd() *command {
 		long: "Show what the guard's detectors (secrets, pii, injection) find, as a policy's guard\n" +
 			"section would: the detector, the kind, where and the confidence, never the matched value.\n" +
 			"The key needs policies:read.",
-		subs: []*command{guardTestCmd()},
+		subs: []*command{guardTestCmd(), guardEvalCmd()},
 	}
 }
 

@@ -78,7 +78,10 @@ func middlewareAddCmd() *command {
 }
 
 func middlewareLsCmd() *command {
-	c := &command{name: "ls", aliases: []string{"list"}, short: "List the installed middleware, in the order they run", json: true}
+	c := &command{name: "ls", aliases: []string{"list"}, short: "List the installed middleware, in the order they run",
+		long: "List the installed middleware in the order they run: the daemon config file's first\n" +
+			"(SOURCE config, read-only here), then those added with 'warden middleware add' (api).",
+		json: true}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 0 {
 			return usageErr(c, "takes no arguments")
@@ -112,7 +115,9 @@ func middlewareLsCmd() *command {
 }
 
 func middlewareRmCmd() *command {
-	c := &command{name: "rm", args: "NAME", short: "Remove an API-added middleware"}
+	c := &command{name: "rm", args: "NAME", short: "Remove an API-added middleware",
+		long: "Remove the middleware NAME added through the API; it stops running at once. Middleware of\n" +
+			"the daemon's config file are removed there."}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 1 {
 			return usageErr(c, "want one NAME")

@@ -17,6 +17,14 @@ import (
 // middleware added through /v1/middleware.
 const MiddlewareFile = "middleware.json"
 
+// mwWorkerCommand is the argv of the middleware worker process: wardend
+// itself with the hidden mw-worker subcommand. Unit tests, whose binary is
+// no wardend, set it to nil: scripts then run in-process.
+var mwWorkerCommand = func() ([]string, error) {
+	exe, err := os.Executable()
+	return []string{exe, mw.WorkerCommand}, err
+}
+
 // buildMiddleware compiles the configured middleware (governance.middleware)
 // and those added through the API (MiddlewareFile) into the govern stage
 // run after the rules; the stage is there even with none, so middleware
@@ -48,14 +56,17 @@ func (d *daemon) buildMiddleware() (govern.Stage, error) {
 	}
 	// Scripts run in a worker process (wardend mw-worker) with its own
 	// memory limit, so a runaway script cannot take wardend down.
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("middleware: find wardend for its worker: %w", err)
+	var worker *mw.WorkerOptions
+	if mwWorkerCommand != nil {
+		argv, err := mwWorkerCommand()
+		if err != nil {
+			return nil, fmt.Errorf("middleware: find wardend for its worker: %w", err)
+		}
+		worker = &mw.WorkerOptions{Command: argv, Deny: deny}
 	}
 	// Secrets are not served to middleware yet (no grant).
 	set, err := mw.New(mw.Options{Dial: safedial.Options{Dest: network.NewDestinationPolicy(deny)},
-		Log:    d.log.With("subsystem", "middleware"),
-		Worker: &mw.WorkerOptions{Command: []string{exe, mw.WorkerCommand}, Deny: deny}})
+		Log: d.log.With("subsystem", "middleware"), Worker: worker})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}

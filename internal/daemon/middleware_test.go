@@ -13,6 +13,8 @@ import (
 )
 
 func TestBuildMiddlewareFromConfig(t *testing.T) {
+	defer func(f func() ([]string, error)) { mwWorkerCommand = f }(mwWorkerCommand)
+	mwWorkerCommand = nil // this test binary is no wardend: run scripts in-process
 	dir := t.TempDir()
 	script := filepath.Join(dir, "no-rm.js")
 	if err := os.WriteFile(script, []byte(`function pre(a) { return a.exec.cmd === "rm" ? {block: "no rm"} : {allow: true}; }`), 0o600); err != nil {

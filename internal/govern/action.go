@@ -343,7 +343,8 @@ type PrincipalChange struct {
 type MCPAdmin struct {
 	// Op is create, update or delete (connector, server), grant or
 	// revoke (a server to a principal), approve or reject (a tool
-	// definition), credential_put or credential_delete.
+	// definition), credential_put, credential_delete or oauth_start (a
+	// connector's OAuth flow, mcpgw's oauth.go).
 	Op string `json:"op"`
 	// Object is connector, server, tool or credential.
 	Object string `json:"object"`

@@ -50,7 +50,16 @@ func (g *Gateway) callMemory(ctx context.Context, c *caller, name string, args m
 	if g.cfg.Memory == nil {
 		return nil, errors.New("memory is not available on this daemon")
 	}
-	out, err := g.cfg.Memory.CallTool(ctx, c.ident, name, args)
+	// The virtual server is per principal and holds its latest request's
+	// identity; the call's own key names the run that writes (an agent's
+	// concurrent runs each have a key), so it is read again here.
+	ident := c.ident
+	if c.authorization != "" {
+		if id, err := g.cfg.Auth.Authenticate(ctx, c.authorization); err == nil && id.Principal.ID == ident.Principal.ID {
+			ident = id
+		}
+	}
+	out, err := g.cfg.Memory.CallTool(ctx, ident, name, args)
 	if err != nil {
 		msg := err.Error()
 		if kind, m := errkind.Of(err); m != "" {

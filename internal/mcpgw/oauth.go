@@ -581,7 +581,11 @@ func (g *Gateway) ServeOAuthCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadGateway, "Exchanging the code failed", err)
 		return
 	}
-	sec := g.cfg.Secrets.(OAuthSecrets)
+	sec, ok := g.cfg.Secrets.(OAuthSecrets)
+	if !ok {
+		fail(http.StatusInternalServerError, "No secrets store to keep the tokens in", nil)
+		return
+	}
 	val, _ := json.Marshal(tok)
 	name := "mcp-oauth-" + f.connector
 	if f.principal == "" {

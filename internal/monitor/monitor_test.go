@@ -18,12 +18,19 @@ import (
 
 func openStore(t *testing.T) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"))
+	st, err := sqliteOpen(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+func sqliteOpen(tb testing.TB) (*sqlite.Store, error) {
+	st, err := sqlite.Open(tb.Context(), filepath.Join(tb.TempDir(), "w.db"))
+	if err == nil {
+		tb.Cleanup(func() { st.Close() })
+	}
+	return st, err
 }
 
 func hookInputs(t *testing.T) map[string][]byte {
@@ -146,7 +153,9 @@ func (w *fakeWriter) Append(_ context.Context, e audit.Event) (audit.Event, erro
 	e.Seq, e.Time = w.seq, time.Now()
 	return e, nil
 }
-func (w *fakeWriter) Verify(context.Context) (audit.Report, error) { return audit.Report{OK: true}, nil }
+func (w *fakeWriter) Verify(context.Context) (audit.Report, error) {
+	return audit.Report{OK: true}, nil
+}
 
 // TestTap: audit events written through the tapped writer reach the
 // timeline with the governed action's kind, sandbox, rule and agent.

@@ -264,3 +264,16 @@ func SignAgentWebhook(secret string, t time.Time, body []byte) string {
 	m.Write(body)
 	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
 }
+
+// ReplyAgentRun posts text in the Slack thread that started a running run
+// (with the bot token that stays in wardend); it returns the reply's
+// Slack timestamp. A run calls it with its own key ($WARDEN_API_KEY).
+func (c *Client) ReplyAgentRun(ctx context.Context, id, text string) (string, error) {
+	var out struct {
+		TS string `json:"ts"`
+	}
+	if err := c.do(ctx, &request{method: http.MethodPost, path: pathf("/v1/agent-runs/%s/reply", id), json: map[string]string{"text": text}}, &out); err != nil {
+		return "", fmt.Errorf("reply in agent run %s: %w", id, err)
+	}
+	return out.TS, nil
+}

@@ -1,10 +1,13 @@
 package warden
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 )
 
 // Middleware is an administrator-written JavaScript hook on the governed
@@ -95,6 +98,51 @@ func (c *Client) TestMiddleware(ctx context.Context, q MiddlewareTestRequest) (M
 	var out MiddlewareVerdict
 	if err := c.do(ctx, &request{method: http.MethodPost, path: "/v1/middleware/test", json: q, idempotent: true}, &out); err != nil {
 		return out, fmt.Errorf("test middleware: %w", err)
+	}
+	return out, nil
+}
+
+// GuardEvalGroup is one label and detector's figures.
+type GuardEvalGroup struct {
+	Label     string  `json:"label"`
+	Detector  string  `json:"detector"`
+	TP        int     `json:"tp"`
+	FP        int     `json:"fp"`
+	FN        int     `json:"fn"`
+	TN        int     `json:"tn"`
+	Precision float64 `json:"precision"`
+	Recall    float64 `json:"recall"`
+	F1        float64 `json:"f1"`
+}
+
+// GuardEvalReport is what EvalGuard measured.
+type GuardEvalReport struct {
+	Rows   int              `json:"rows"`
+	Split  string           `json:"split,omitempty"`
+	Groups []GuardEvalGroup `json:"groups"`
+	// Confusion: true label -> predicted ("secret", "pii+secret", "none", ...) -> rows.
+	Confusion   map[string]map[string]int `json:"confusion"`
+	P50PerKiBUS float64                   `json:"p50_us_per_kib"`
+	P99PerKiBUS float64                   `json:"p99_us_per_kib"`
+}
+
+// EvalGuard runs the guard's detectors over labelled JSONL (one
+// {"text","label","split"} object a line), keeping the rows of split when
+// not empty, with the named detectors (all when none). The key needs
+// policies:read.
+func (c *Client) EvalGuard(ctx context.Context, jsonl []byte, split string, detectors []string) (GuardEvalReport, error) {
+	var out GuardEvalReport
+	q := url.Values{}
+	if split != "" {
+		q.Set("split", split)
+	}
+	if len(detectors) > 0 {
+		q.Set("detectors", strings.Join(detectors, ","))
+	}
+	req := &request{method: http.MethodPost, path: "/v1/guard/eval", query: q, body: bytes.NewReader(jsonl),
+		contentType: "application/x-ndjson", idempotent: true}
+	if err := c.do(ctx, req, &out); err != nil {
+		return out, fmt.Errorf("eval guard: %w", err)
 	}
 	return out, nil
 }

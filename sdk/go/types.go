@@ -67,6 +67,11 @@ type Sandbox struct {
 	Sudo bool `json:"sudo"`
 	// Network is the sandbox's network policy.
 	Network NetworkPolicy `json:"network"`
+	// Lifetimes (zero: none; see CreateSandboxRequest).
+	IdleTimeoutSeconds     int    `json:"idle_timeout_seconds,omitempty"`
+	OnIdle                 string `json:"on_idle,omitempty"`
+	MaxLifetimeSeconds     int    `json:"max_lifetime_seconds,omitempty"`
+	PausedRetentionSeconds int    `json:"paused_retention_seconds,omitempty"`
 }
 
 // CreateSandboxRequest is the body of [Client.CreateSandbox]. Zero fields take the daemon's

@@ -89,4 +89,40 @@ func testAgentSlack(t *testing.T, d *daemon, c *warden.Client) {
 	if n := len(fake.Posts()); n != 1 {
 		t.Errorf("posts: %d, want 1", n)
 	}
+	// A run that replies itself (here its owner, through the reply
+	// endpoint, while it runs) gets no final reply.
+	createAgent(t, c, map[string]any{"name": "slacker2", "command": []string{"/bin/sh", "-c", "sleep 2; echo final-output"},
+		"triggers": map[string]any{"slack": map[string]any{"signing_secret": "slack-signing", "bot_token": "slack-bot",
+			"api_url": fake.APIURL()}}})
+	url2 := d.url + "/v1/agents/slacker2/slack/events"
+	if code, body, err := fake.Send(ctx, url2, slacktest.Request{Body: fake.DirectMessage("Ev010", "U0ALICE", "D0ALICE", "hello")}); err != nil || code != http.StatusOK {
+		t.Fatalf("direct message: %d %s %v", code, body, err)
+	}
+	var run warden.AgentRun
+	deadline := time.Now().Add(60 * time.Second)
+	for run.ID == "" {
+		if runs, _ := c.AgentRuns(ctx, "slacker2", "running", 0); len(runs) == 1 {
+			run = runs[0]
+		} else if time.Now().After(deadline) {
+			t.Fatal("the direct message started no run")
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, d.url+"/v1/agent-runs/"+run.ID+"/reply", strings.NewReader(`{"text":"on it"}`))
+	req.Header.Set("Authorization", "Bearer "+d.adminKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("reply: %d", resp.StatusCode)
+	}
+	waitRun(t, c, run.ID, "ended", warden.AgentRun.Ended)
+	posts = fake.Posts()
+	if len(posts) != 2 || posts[1].Text != "on it" || posts[1].Channel != "D0ALICE" {
+		t.Errorf("posts after a run that replied itself: %+v", posts)
+	}
 }

@@ -34,6 +34,7 @@ func TestAgents(t *testing.T) {
 	t.Run("Cron", func(t *testing.T) { testAgentCron(t, c) })
 	t.Run("Webhook", func(t *testing.T) { testAgentWebhook(t, d, c) })
 	t.Run("Persistent", func(t *testing.T) { testAgentPersistent(t, c) })
+	t.Run("Concurrency", func(t *testing.T) { testAgentConcurrency(t, c) })
 	t.Run("Scopes", func(t *testing.T) { testAgentScopes(t, c) })
 	t.Run("Slack", func(t *testing.T) { testAgentSlack(t, d, c) })
 	// Last: it restarts the daemon.
@@ -407,5 +408,31 @@ func testAgentCrash(t *testing.T, d *daemon, state, run string) {
 	if nr.State != warden.AgentRunSucceeded {
 		_, all := runLog(t, c, nr.ID)
 		t.Fatalf("run after restart: %+v\n%s", nr, all)
+	}
+}
+
+// testAgentConcurrency: with concurrency 1 a second run waits queued while
+// the first runs, then runs.
+func testAgentConcurrency(t *testing.T, c *warden.Client) {
+	createAgent(t, c, map[string]any{"name": "serial", "concurrency": 1, "command": []string{"/bin/sh", "-c", "sleep 2; echo done"}})
+	first, err := c.RunAgent(ctxT(t), "serial", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.RunAgent(ctxT(t), "serial", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, c, first.ID, "running", func(r warden.AgentRun) bool { return r.State == warden.AgentRunRunning })
+	if r, err := c.GetAgentRun(ctxT(t), second.ID); err != nil || r.State != warden.AgentRunQueued {
+		t.Fatalf("second run while the first runs: %+v %v", r, err)
+	}
+	f := waitRun(t, c, first.ID, "ended", warden.AgentRun.Ended)
+	s := waitRun(t, c, second.ID, "ended", warden.AgentRun.Ended)
+	if f.State != warden.AgentRunSucceeded || s.State != warden.AgentRunSucceeded || s.StartedAt == nil || f.EndedAt == nil || s.StartedAt.Before(*f.EndedAt) {
+		t.Fatalf("serial runs: first %+v, second %+v", f, s)
+	}
+	if err := c.DeleteAgent(ctxT(t), "serial"); err != nil {
+		t.Fatal(err)
 	}
 }

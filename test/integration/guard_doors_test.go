@@ -152,6 +152,10 @@ func TestGuardDoorsDaemon(t *testing.T) {
 		noSecret("the refusal", b)
 	}
 	absent("/tmp/pre-secret.txt")
+	// Keyless callers' events are bounded to one a second per action and
+	// sandbox (the next one counts those left out): wait, so the audit
+	// check below finds this upload's own event.
+	time.Sleep(1100 * time.Millisecond)
 	if st, b := presignPut("/tmp/pre-card.txt", "pay with "+guardCard+" today"); st != http.StatusOK {
 		t.Fatalf("presigned upload of a card: %d %s", st, b)
 	}
@@ -214,6 +218,26 @@ func TestGuardDoorsDaemon(t *testing.T) {
 	if list, err := admin.ListMiddleware(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("list after rm: %+v %v", list, err)
 	}
+
+	// warden guard eval: the secrets detector on the committed copy of the
+	// corpus's secrets file (gzip), dev split, through the daemon.
+	out, errOut, code := d.cli(t, "", "guard", "eval", "--json", "--data", "../../internal/guard/eval/testdata/secrets.jsonl.gz",
+		"--split", "dev", "--detectors", "secrets")
+	var rep warden.GuardEvalReport
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Groups) != 1 {
+		t.Fatalf("guard eval: %d %s %s", code, out, errOut)
+	}
+	if g := rep.Groups[0]; rep.Rows < 1000 || g.Detector != "secrets" || g.Label != "secret" || g.Recall < 0.98 || g.Precision < 0.95 ||
+		rep.Confusion["secret"]["secret"] != g.TP || rep.P50PerKiBUS <= 0 {
+		t.Fatalf("guard eval: %+v", rep)
+	}
+	out, _, code = d.cli(t, `{"text":"key `+guardAWSKey+`","label":"secret"}
+{"text":"hello there","label":"none"}
+`, "guard", "eval", "--data", "-", "--detectors", "secrets,pii")
+	if code != 0 || !strings.Contains(out, "2 rows") || !strings.Contains(out, "confusion") || !strings.Contains(out, "time per KiB") {
+		t.Fatalf("guard eval table: %d %s", code, out)
+	}
+	noSecret("guard eval", []byte(out))
 
 	// The audit log records the findings, never the values.
 	page, err := admin.ListAudit(ctx, warden.AuditQuery{Limit: 1000})

@@ -49,8 +49,8 @@ func TestLifetimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sb.ExpiresAt.IsZero() {
-		t.Fatalf("an idle timeout alone: expires_at %v, want null", sb.ExpiresAt)
+	if !sb.ExpiresAt.IsZero() || sb.IdleTimeoutSeconds != 2 || sb.OnIdle != "pause" || sb.PausedRetentionSeconds != 3 || sb.MaxLifetimeSeconds != 0 {
+		t.Fatalf("an idle timeout alone: %+v", sb)
 	}
 	waitState(t, c, sb.ID, "paused")
 	if acts := auditActions(t, c, sb.ID); !strings.Contains(strings.Join(acts, " "), "sandbox.idle_pause") {

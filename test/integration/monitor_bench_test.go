@@ -27,7 +27,7 @@ import (
 //	sudo CGO_ENABLED=0 go test ./test/integration -run '^$' -bench BenchmarkMonitorIngest -benchtime 400x
 func BenchmarkMonitorIngest(b *testing.B) {
 	const batch, clients = 100, 4
-	url, adminKey := benchDaemon(b)
+	url, adminKey, pid := benchDaemon(b)
 	admin, err := warden.New(warden.WithBaseURL(url), warden.WithAPIKey(adminKey))
 	if err != nil {
 		b.Fatal(err)
@@ -63,6 +63,7 @@ func BenchmarkMonitorIngest(b *testing.B) {
 	}
 	close(work)
 	b.ResetTimer()
+	cpu0 := cpuTime(b, pid)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var firstErr error
@@ -85,6 +86,7 @@ func BenchmarkMonitorIngest(b *testing.B) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuTime(b, pid) - cpu0
 	b.StopTimer()
 	if firstErr != nil {
 		b.Fatal(firstErr)
@@ -95,13 +97,19 @@ func BenchmarkMonitorIngest(b *testing.B) {
 	b.ReportMetric(rate, "events/s")
 	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms/batch")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms/batch")
-	fmt.Printf("monitor ingest: %d batches of %d events from %d clients in %v: %.0f events/s, batch p50 %v, p99 %v\n",
-		b.N, batch, clients, elapsed.Round(time.Millisecond), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+	// The daemon's CPU time per event bounds what one idle core could
+	// take, whatever else the machine runs.
+	perEvent := cpu / time.Duration(b.N*batch)
+	b.ReportMetric(float64(perEvent.Nanoseconds())/1000, "daemon-cpu-us/event")
+	fmt.Printf("monitor ingest: %d batches of %d events from %d clients in %v: %.0f events/s, batch p50 %v, p99 %v; "+
+		"daemon CPU %v (%v per event, %.0f events per CPU-second)\n",
+		b.N, batch, clients, elapsed.Round(time.Millisecond), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
+		cpu, perEvent, float64(b.N*batch)/cpu.Seconds())
 }
 
 // benchDaemon starts wardend as startDaemon does (which takes a
 // *testing.T) and returns its URL and admin key.
-func benchDaemon(b *testing.B) (url, adminKey string) {
+func benchDaemon(b *testing.B) (url, adminKey string, pid int) {
 	b.Helper()
 	base, err := os.MkdirTemp("", "warden-bench-")
 	if err != nil {
@@ -163,5 +171,20 @@ func benchDaemon(b *testing.B) (url, adminKey string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return url, strings.TrimSpace(string(key))
+	return url, strings.TrimSpace(string(key)), cmd.Process.Pid
+}
+
+// cpuTime is the CPU time (user and system) process pid has used.
+func cpuTime(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name (which is in parentheses): utime and
+	// stime are the 12th and 13th, in clock ticks (100 per second).
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }

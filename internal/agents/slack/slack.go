@@ -244,7 +244,18 @@ type Deduper struct {
 	max  int
 	now  func() time.Time
 	mu   sync.Mutex
-	seen map[string]time.Time
+	seen map[string]seenAt
+	seq  uint64
+}
+
+// seenAt is when an ID was recorded; seq orders records of one instant.
+type seenAt struct {
+	at  time.Time
+	seq uint64
+}
+
+func (a seenAt) before(b seenAt) bool {
+	return a.at.Before(b.at) || (a.at.Equal(b.at) && a.seq < b.seq)
 }
 
 // NewDeduper returns a Deduper keeping IDs for ttl (default 24 h), at most
@@ -260,7 +271,7 @@ func NewDeduper(ttl time.Duration, max int, now func() time.Time) *Deduper {
 	if now == nil {
 		now = time.Now
 	}
-	return &Deduper{ttl: ttl, max: max, now: now, seen: map[string]time.Time{}}
+	return &Deduper{ttl: ttl, max: max, now: now, seen: map[string]seenAt{}}
 }
 
 // Seen reports whether id was seen within the TTL, and records it.
@@ -268,18 +279,19 @@ func (d *Deduper) Seen(id string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := d.now()
-	if t, ok := d.seen[id]; ok && now.Sub(t) < d.ttl {
+	if t, ok := d.seen[id]; ok && now.Sub(t.at) < d.ttl {
 		return true
 	}
+	delete(d.seen, id)
 	if len(d.seen) >= d.max {
 		var oldest string
-		var ot time.Time
+		var ot seenAt
 		for k, t := range d.seen {
-			if now.Sub(t) >= d.ttl {
+			if now.Sub(t.at) >= d.ttl {
 				delete(d.seen, k)
 				continue
 			}
-			if oldest == "" || t.Before(ot) {
+			if oldest == "" || t.before(ot) {
 				oldest, ot = k, t
 			}
 		}
@@ -287,7 +299,8 @@ func (d *Deduper) Seen(id string) bool {
 			delete(d.seen, oldest)
 		}
 	}
-	d.seen[id] = now
+	d.seq++
+	d.seen[id] = seenAt{at: now, seq: d.seq}
 	return false
 }
 

@@ -153,6 +153,7 @@ var suite = []struct {
 	{"Files", false, testFiles},
 	{"Overlay", true, testOverlay},
 	{"CaptureUpper", true, testCaptureUpper},
+	{"Volumes", false, testVolumes},
 	{"Watch", false, testWatch},
 	{"Isolation", true, testIsolation},
 	{"Probes", true, testProbes},

@@ -604,6 +604,12 @@ func (b *Backend) start(ctx context.Context, bx *box) (err error) {
 	// sandbox sees (portable between sandboxes); nosuid, nodev, ro if asked.
 	var vols []nswire.Volume
 	for _, v := range spec.Volumes {
+		// A volume is a filesystem mounted on the host; its bare mount
+		// point (after a host reboot, say) would put the sandbox's writes
+		// on the host's disk, past any quota.
+		if !diskimg.Mounted(v.Source) {
+			return fmt.Errorf("volume at %s: %s is not mounted on the host", v.Target, v.Source)
+		}
 		fd, err := idmappedTree(pid, v.Source, v.ReadOnly)
 		if err != nil {
 			return fmt.Errorf("volume at %s: %w", v.Target, err)

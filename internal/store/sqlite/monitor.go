@@ -16,6 +16,13 @@ var _ store.MonitorStore = (*Store)(nil)
 const monitorColumns = `seq, id, time, kind, source, principal_id, agent_id, sandbox_id, session_id, action, target,
 	outcome, rule_id, detail, content, content_sha256, redacted_at, audit_seq`
 
+const (
+	monitorChunk  = 64 // rows per INSERT: 17 parameters each, well under SQLite's limit
+	monitorInsert = `INSERT INTO monitor_events (id, time, kind, source, principal_id, agent_id, sandbox_id, session_id,
+		action, target, outcome, rule_id, detail, content, content_sha256, redacted_at, audit_seq) VALUES `
+	monitorRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
+
 // AppendMonitorEvents implements store.MonitorStore.
 func (s *Store) AppendMonitorEvents(ctx context.Context, evs []store.MonitorEvent) error {
 	if len(evs) == 0 {
@@ -32,27 +39,33 @@ func (s *Store) AppendMonitorEvents(ctx context.Context, evs []store.MonitorEven
 			return fmt.Errorf("append monitor events: event %s: no time: %w", e.ID, store.ErrInvalid)
 		}
 	}
+	// Multi-row inserts of up to monitorChunk rows: within the write
+	// transaction (one writer) an AUTOINCREMENT insert numbers its rows
+	// consecutively, so each row's seq follows from the last one.
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO monitor_events (id, time, kind, source, principal_id, agent_id,
-			sandbox_id, session_id, action, target, outcome, rule_id, detail, content, content_sha256, redacted_at, audit_seq)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for i := range evs {
-			e := &evs[i]
-			res, err := stmt.ExecContext(ctx, e.ID, e.Time.UnixNano(), e.Kind, e.Source, e.Principal, e.Agent,
-				e.Sandbox, e.Session, e.Action, e.Target, e.Outcome, e.RuleID, string(e.Detail), e.Content,
-				e.ContentSHA256, nanos(e.RedactedAt), e.AuditSeq)
+		for lo := 0; lo < len(evs); lo += monitorChunk {
+			chunk := evs[lo:min(lo+monitorChunk, len(evs))]
+			q := monitorInsert + strings.Repeat(monitorRow+", ", len(chunk)-1) + monitorRow
+			args := make([]any, 0, len(chunk)*17)
+			for i := range chunk {
+				e := &chunk[i]
+				args = append(args, e.ID, e.Time.UnixNano(), e.Kind, e.Source, e.Principal, e.Agent,
+					e.Sandbox, e.Session, e.Action, e.Target, e.Outcome, e.RuleID, string(e.Detail), e.Content,
+					e.ContentSHA256, nanos(e.RedactedAt), e.AuditSeq)
+			}
+			res, err := tx.ExecContext(ctx, q, args...)
 			if isUnique(err) {
-				return fmt.Errorf("event %s: id in use: %w", e.ID, store.ErrConflict)
+				return fmt.Errorf("an event id is in use: %w", store.ErrConflict)
 			}
 			if err != nil {
-				return fmt.Errorf("event %s: %w", e.ID, err)
-			}
-			if e.Seq, err = res.LastInsertId(); err != nil {
 				return err
+			}
+			last, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			for i := range chunk {
+				chunk[i].Seq = last - int64(len(chunk)-1-i)
 			}
 		}
 		return nil

@@ -22,6 +22,7 @@ func RunMonitor(t *testing.T, open func(t *testing.T) store.MonitorStore) {
 		{"TailAndCursor", testMonitorTail},
 		{"Redact", testMonitorRedact},
 		{"Retention", testMonitorRetention},
+		{"LargeBatch", testMonitorLargeBatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -213,5 +214,29 @@ func testMonitorRetention(t *testing.T, s store.MonitorStore) {
 	all, _ = s.ListMonitorEvents(ctx(t), store.MonitorFilter{})
 	if ids(all) != "r3" {
 		t.Fatalf("after delete: %q", ids(all))
+	}
+}
+
+// testMonitorLargeBatch: a batch larger than one insert statement gets the
+// seqs its rows are stored under.
+func testMonitorLargeBatch(t *testing.T, s store.MonitorStore) {
+	var evs []store.MonitorEvent
+	for i := range 300 {
+		evs = append(evs, monEvent(fmt.Sprintf("big%d", i), "exec", base.Add(time.Duration(i)*time.Millisecond)))
+	}
+	if err := s.AppendMonitorEvents(ctx(t), evs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendMonitorEvents(ctx(t), evs[1:]); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.ListMonitorEvents(ctx(t), store.MonitorFilter{})
+	if err != nil || len(all) != len(evs) {
+		t.Fatalf("list: %d events, %v", len(all), err)
+	}
+	for i, e := range all {
+		if e.ID != evs[i].ID || e.Seq != evs[i].Seq {
+			t.Fatalf("event %d stored as %s seq %d, appended as %s seq %d", i, e.ID, e.Seq, evs[i].ID, evs[i].Seq)
+		}
 	}
 }

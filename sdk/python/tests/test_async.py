@@ -30,3 +30,20 @@ def test_async_client() -> None:
             with pytest.raises(warden.NotFoundError):
                 await c.sandboxes.get("sb-missing")
     asyncio.run(main())
+
+
+def test_async_cancel_closes_the_stream_not_the_process(sandbox: warden.Sandbox) -> None:
+    async def main() -> None:
+        c = warden.AsyncWarden()
+        sb = await c.sandboxes.get(sandbox.id)
+        p = await sb.start(["sh", "-c", "echo first; sleep 30; echo late"], tag="cancel")
+
+        async def read_all() -> list[str]:
+            return [piece.text async for piece in p]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(read_all(), timeout=2)
+        # the stream is gone, the process is not
+        procs = {x["pid"]: x for x in await sb.processes()}
+        assert not procs[p.pid]["exited"]
+        await sb.signal(p.pid, "SIGKILL")
+    asyncio.run(main())

@@ -1,5 +1,6 @@
 """Policies, dry runs, approvals, the guard, audit, and MCP administration."""
 
+import json
 import uuid
 
 import pytest
@@ -36,6 +37,9 @@ def test_approvals(client: warden.Warden) -> None:
 def test_guard(client: warden.Warden) -> None:
     r = client.policies.test_guard(text="my key is AKIAIOSFODNN7EXAMPLE")
     assert isinstance(r["findings"], list)
+    rows = [{"text": "my key AKIAIOSFODNN7EXAMPLE", "label": "secret"}, {"text": "hello there", "label": "none"}]
+    report = client.policies.eval_guard((json.dumps(x).encode() + b"\n" for x in rows))  # streamed
+    assert report["rows"] == 2 and report["groups"]
 
 
 def test_audit(client: warden.Warden) -> None:

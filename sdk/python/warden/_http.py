@@ -189,6 +189,13 @@ class Response:
             raise errors.StreamError(f"decode response: {e}") from e
 
     def close(self) -> None:
+        """Closes the response; a read blocked in another thread returns at once."""
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
+            except OSError:
+                pass
         try:
             self._resp.close()
         finally:

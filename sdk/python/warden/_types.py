@@ -90,6 +90,8 @@ __all__ = [
     "GuardTestRequest",
     "GuardFinding",
     "GuardTestResult",
+    "GuardEvalGroup",
+    "GuardEvalReport",
     "MiddlewareWrite",
     "Middleware",
     "MiddlewareList",
@@ -215,7 +217,8 @@ class Sandbox(TypedDict):
     started_at: str
     #: When the sandbox will be killed (or paused, with `auto_pause`) unless its timeout is
     #: extended. Null while it is `paused`: its countdown does not run (see
-    #: `resume_timeout_seconds`).
+    #: `resume_timeout_seconds`), and for a sandbox created with an idle timeout and no
+    #: `timeout_seconds`, which has no countdown.
     expires_at: str | None
     #: While the sandbox is `paused`: the seconds it will have left when resumed (what was left
     #: of its countdown at the pause, at least its timeout; set by `POST
@@ -234,6 +237,14 @@ class Sandbox(TypedDict):
     #: `CreateSandboxRequest.sudo`).
     sudo: NotRequired[bool]
     network: NotRequired[NetworkPolicy]
+    #: Its idle timeout (docs/persistence.md); absent when it has none.
+    idle_timeout_seconds: NotRequired[int]
+    #: What its idle timeout does; absent without one.
+    on_idle: NotRequired[Literal["pause", "kill"]]
+    #: Its maximum lifetime from creation; absent when unlimited.
+    max_lifetime_seconds: NotRequired[int]
+    #: Its own retention while paused; absent when the daemon's applies.
+    paused_retention_seconds: NotRequired[int]
 
 
 class CreateSandboxRequest(TypedDict):
@@ -993,6 +1004,29 @@ class GuardFinding(TypedDict):
 
 class GuardTestResult(TypedDict):
     findings: list[GuardFinding]
+
+
+class GuardEvalGroup(TypedDict):
+    label: str
+    detector: str
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+    precision: float
+    recall: float
+    f1: float
+
+
+class GuardEvalReport(TypedDict):
+    rows: int
+    split: NotRequired[str]
+    groups: list[GuardEvalGroup]
+    #: True label to predicted (the labels of the detectors that fired, joined with +, or none)
+    #: to rows.
+    confusion: dict[str, dict[str, int]]
+    p50_us_per_kib: float
+    p99_us_per_kib: float
 
 
 class MiddlewareWrite(TypedDict):
@@ -1762,6 +1796,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "deleteVolume": ("DELETE", "/v1/volumes/{name}"),
     "diffMemory": ("GET", "/v1/agents/{name}/memory/diff"),
     "downloadArchive": ("GET", "/v1/sandboxes/{id}/archive"),
+    "evalGuard": ("POST", "/v1/guard/eval"),
     "execProcess": ("POST", "/v1/sandboxes/{id}/exec"),
     "exportMemory": ("GET", "/v1/agents/{name}/memory/export"),
     "forkSandbox": ("POST", "/v1/sandboxes/{id}/fork"),

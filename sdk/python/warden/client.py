@@ -723,8 +723,9 @@ class Sandbox:
     # ports
 
     @_op("publishPort")
-    def publish_port(self, port: int, *, public: bool | None = None) -> t.Port:
-        return self._tr.call("POST", self._p(f"/ports/{int(port)}"), json=_clean({"public": public}), idempotent=True)
+    def publish_port(self, port: int, *, public: bool = True) -> t.Port:
+        """Makes the port reachable without credentials (``public=False``: private again)."""
+        return self._tr.call("POST", self._p(f"/ports/{int(port)}"), json={"public": public}, idempotent=True)
 
     @_op("unpublishPort")
     def unpublish_port(self, port: int) -> None:
@@ -1028,6 +1029,16 @@ class Policies(_NS):
         """Runs the guard's detectors over a text or a JSON value."""
         return self._tr.call("POST", "/v1/guard/test", idempotent=True,
                              json=_clean({"text": text, "json": json, "detectors": list(detectors) if detectors else None}))
+
+
+    @_op("evalGuard")
+    def eval_guard(self, jsonl: Body, *, split: str | None = None,
+                   detectors: Sequence[str] | None = None) -> dict[str, Any]:
+        """Measures the guard's detectors on labelled JSONL (``{"text", "label", "split"}``
+        lines; bytes, a file object or an iterable, streamed)."""
+        return self._tr.call("POST", "/v1/guard/eval", body=jsonl, content_type="application/x-ndjson",
+                             query={"split": split, "detectors": ",".join(detectors) if detectors else None},
+                             idempotent=not _is_iter(jsonl), stream=True)
 
 
 class Approvals(_NS):

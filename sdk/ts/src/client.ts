@@ -540,9 +540,10 @@ export class Sandbox {
   async interruptCodeContext(id: string): Promise<void> { op("interruptCodeContext"); await this.tr.call("POST", this.p(`/code/contexts/${seg(id)}/interrupt`)); }
   async deleteCodeContext(id: string): Promise<void> { op("deleteCodeContext"); await this.tr.call("DELETE", this.p(`/code/contexts/${seg(id)}`)); }
 
+  /** Makes the port reachable without credentials (`public: false`: private again). */
   publishPort(port: number, o: { public?: boolean } = {}): Promise<T.Port> {
     op("publishPort");
-    return this.tr.call("POST", this.p(`/ports/${port}`), { json: clean(o), idempotent: true });
+    return this.tr.call("POST", this.p(`/ports/${port}`), { json: { public: o.public ?? true }, idempotent: true });
   }
   async unpublishPort(port: number): Promise<void> { op("unpublishPort"); await this.tr.call("DELETE", this.p(`/ports/${port}`), { idempotent: true }); }
   previewUrl(port: number, o: { expiresSeconds?: number } = {}): Promise<T.PreviewURL> {
@@ -734,8 +735,13 @@ export class Policies {
   test(req: T.PolicyTestRequest): Promise<T.PolicyTestResult> { return this.tr.call("POST", "/v1/policies/test", { json: req, idempotent: true }); }
   /** Runs the guard's detectors over a text or a JSON value. */
   testGuard(req: T.GuardTestRequest): Promise<T.GuardTestResult> { return this.tr.call("POST", "/v1/guard/test", { json: req, idempotent: true }); }
+  /** Measures the guard's detectors on labelled JSONL (`{"text", "label", "split"}` lines). */
+  evalGuard(jsonl: Body, o: { split?: string; detectors?: string[] } = {}): Promise<Record<string, unknown>> {
+    return this.tr.call("POST", "/v1/guard/eval", { body: jsonl, contentType: "application/x-ndjson",
+      query: { split: o.split, detectors: o.detectors?.join(",") }, idempotent: true, stream: true });
+  }
 }
-op("createPolicy", "listPolicies", "getPolicy", "updatePolicy", "deletePolicy", "testPolicy", "testGuard");
+op("createPolicy", "listPolicies", "getPolicy", "updatePolicy", "deletePolicy", "testPolicy", "testGuard", "evalGuard");
 
 export class Approvals {
   constructor(private tr: Transport) {}

@@ -76,7 +76,8 @@ export interface Sandbox {
   /**
    * When the sandbox will be killed (or paused, with `auto_pause`) unless its timeout is
    * extended. Null while it is `paused`: its countdown does not run (see
-   * `resume_timeout_seconds`).
+   * `resume_timeout_seconds`), and for a sandbox created with an idle timeout and no
+   * `timeout_seconds`, which has no countdown.
    */
   expires_at: string | null;
   /**
@@ -102,6 +103,14 @@ export interface Sandbox {
    */
   sudo?: boolean;
   network?: NetworkPolicy;
+  /** Its idle timeout (docs/persistence.md); absent when it has none. */
+  idle_timeout_seconds?: number;
+  /** What its idle timeout does; absent without one. */
+  on_idle?: "pause" | "kill";
+  /** Its maximum lifetime from creation; absent when unlimited. */
+  max_lifetime_seconds?: number;
+  /** Its own retention while paused; absent when the daemon's applies. */
+  paused_retention_seconds?: number;
 }
 
 /** Every field is optional. */
@@ -898,6 +907,31 @@ export interface GuardTestResult {
   findings: GuardFinding[];
 }
 
+export interface GuardEvalGroup {
+  label: string;
+  detector: string;
+  tp: number;
+  fp: number;
+  fn: number;
+  tn: number;
+  precision: number;
+  recall: number;
+  f1: number;
+}
+
+export interface GuardEvalReport {
+  rows: number;
+  split?: string;
+  groups: GuardEvalGroup[];
+  /**
+   * True label to predicted (the labels of the detectors that fired, joined with +, or none)
+   * to rows.
+   */
+  confusion: Record<string, Record<string, number>>;
+  p50_us_per_kib: number;
+  p99_us_per_kib: number;
+}
+
 export interface MiddlewareWrite {
   /** Default: the path's name; must match it. */
   name?: string;
@@ -1632,6 +1666,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   deleteVolume: ["DELETE", "/v1/volumes/{name}"],
   diffMemory: ["GET", "/v1/agents/{name}/memory/diff"],
   downloadArchive: ["GET", "/v1/sandboxes/{id}/archive"],
+  evalGuard: ["POST", "/v1/guard/eval"],
   execProcess: ["POST", "/v1/sandboxes/{id}/exec"],
   exportMemory: ["GET", "/v1/agents/{name}/memory/export"],
   forkSandbox: ["POST", "/v1/sandboxes/{id}/fork"],

@@ -313,6 +313,9 @@ describe("secrets, governance, audit, mcp", () => {
     assert.ok(Array.isArray(await client.approvals.list({ state: "pending" })));
     await assert.rejects(client.approvals.get("apr_missing"), NotFoundError);
     assert.ok(Array.isArray((await client.policies.testGuard({ text: "key AKIAIOSFODNN7EXAMPLE" })).findings));
+    const rows = [{ text: "my key AKIAIOSFODNN7EXAMPLE", label: "secret" }, { text: "hello there", label: "none" }];
+    const report = await client.policies.evalGuard(rows.map((r) => JSON.stringify(r) + "\n").join(""));
+    assert.equal(report.rows, 2);
   });
   test("audit", async () => {
     let n = 0;
