@@ -55,6 +55,19 @@ func BenchmarkGovernedExecAPIOpaque(b *testing.B) {
 	benchGovernedExecAPI(b, p)
 }
 
+// BenchmarkGovernedExecAPIOtherKind is the control: the same server with
+// a policy of 100 rules that apply to egress.connect only, so that the
+// exec's decision runs none of them. What it adds is what a loaded policy
+// costs a door without its rules, and the run's resolution at the door.
+func BenchmarkGovernedExecAPIOtherKind(b *testing.B) {
+	p := benchExecPolicy(100)
+	for i := range p.Rules {
+		p.Rules[i].Kinds = []govern.Kind{govern.KindEgressConnect}
+		p.Rules[i].When = `egress.host == "h` + p.Rules[i].ID + `"`
+	}
+	benchGovernedExecAPI(b, p)
+}
+
 func benchGovernedExecAPI(b *testing.B, p govern.Policy) {
 	ctx := context.Background()
 	none := govern.New(govern.Config{})

@@ -11,14 +11,20 @@ import "context"
 // Governs reports whether a decision on an action of kind k can be anything
 // but a plain allow that names no rule: a loaded rule applies to the kind
 // (rules without kinds apply to every kind), a policy has a default for it
-// (or a "*" default), the engine's default is not allow, or stages other
-// than access and rules run. When it is false, Decide on such an action
+// (or a "*" default), the engine's default is not allow, or a stage after
+// the rules acts on the kind (every stage but a KindedStage that says it
+// does not). When it is false, Decide on such an action
 // would allow it and record nothing worth an audit event, so a door on a
 // hot path may skip it. It reads the rules in force (lock-free); policies
 // written later are seen by the next call.
 func (e *Engine) Governs(k Kind) bool {
-	if e.cfg.Default != Allow || len(e.cfg.After) > 0 {
+	if e.cfg.Default != Allow {
 		return true
+	}
+	for _, st := range e.cfg.After {
+		if ks, ok := st.(KindedStage); !ok || ks.Governs(k) {
+			return true
+		}
 	}
 	rs := e.rules.Load()
 	if kr := rs.byKind[k]; kr != nil && len(kr.deny)+len(kr.approval)+len(kr.rest) > 0 {

@@ -112,6 +112,27 @@ func StageFunc(name string, fn func(context.Context, *Action) (Decision, error))
 	return stageFunc{name, fn}
 }
 
+// KindedStage is a Stage that acts on some kinds only: Governs reports
+// whether it may do anything but allow an action of kind k now. Engine's
+// Governs asks it, so that a door on a hot path (egress) keeps skipping
+// actions no stage acts on. A Stage without the method acts on every kind.
+type KindedStage interface {
+	Stage
+	Governs(k Kind) bool
+}
+
+type kindedStageFunc struct {
+	stageFunc
+	governs func(Kind) bool
+}
+
+func (s kindedStageFunc) Governs(k Kind) bool { return s.governs(k) }
+
+// KindedStageFunc makes a KindedStage of a function and its Governs.
+func KindedStageFunc(name string, fn func(context.Context, *Action) (Decision, error), governs func(Kind) bool) Stage {
+	return kindedStageFunc{stageFunc{name, fn}, governs}
+}
+
 // AccessStage is the first stage: authentication, scopes and ownership,
 // which the doors check today. check is the door's existing check (it may
 // read a.Credential); its error ends the path and is returned as is.

@@ -16,9 +16,11 @@ const StageName = "middleware"
 // (govern.Config.After). A block, or a failure of a closed middleware,
 // denies with the middleware's message. A modify rewrites the action in
 // place (mcp.call arguments, exec and pty argv, code.run code): doors
-// that forward the payload read it back from the Action after Decide.
+// that forward the payload read it back from the Action after Decide. The
+// stage governs (govern.KindedStage) only the kinds some installed
+// middleware runs for, so that egress flows stay undecided without one.
 func Stage(s *Set) govern.Stage {
-	return govern.StageFunc(StageName, func(ctx context.Context, a *govern.Action) (govern.Decision, error) {
+	return govern.KindedStageFunc(StageName, func(ctx context.Context, a *govern.Action) (govern.Decision, error) {
 		vs, blocked := s.Pre(ctx, a)
 		if blocked {
 			v := vs[len(vs)-1]
@@ -39,7 +41,7 @@ func Stage(s *Set) govern.Stage {
 			d.Message = "modified by middleware " + strings.Join(mod, ", ")
 		}
 		return d, nil
-	})
+	}, s.runsAny)
 }
 
 // PostJSON is Post for a door holding the result as JSON bytes (an MCP
