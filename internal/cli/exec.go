@@ -257,7 +257,8 @@ func runPTY(ctx context.Context, r *runner, c *command, o *execOptions, id strin
 	}
 	p, err := cl.PTY(ctx, id, opts)
 	if err != nil {
-		return err
+		// The sandbox may have ended while the terminal opened.
+		return sandboxEnded(cl, id, err)
 	}
 	defer p.Close()
 
