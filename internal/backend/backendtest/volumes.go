@@ -3,15 +3,15 @@ package backendtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/warden-sandbox/warden/internal/backend"
+	"github.com/warden-sandbox/warden/internal/isolation/diskimg"
 )
 
 // testVolumes: a backend without Capabilities.Volumes refuses a spec with
@@ -34,15 +34,22 @@ func testVolumes(t *testing.T, f Factory, b backend.Backend) {
 		}
 		return
 	}
-	// Volumes are mounted filesystems on the host (ext4 images in wardend);
-	// a tmpfs stands in, one per volume.
+	// Volumes are mounted filesystems on the host: ext4 images, as in
+	// wardend (a tmpfs will not do: Debian 12's kernel cannot idmap one).
+	pool, err := diskimg.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
 	mk := func() string {
 		d := t.TempDir()
-		if err := unix.Mount("bt-vol", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,mode=0755"); err != nil {
-			t.Fatalf("mount a tmpfs volume: %v", err)
+		n++
+		id := fmt.Sprintf("bt-vol-%d", n)
+		if err := pool.Mount(id, 16<<20, d, 1000); err != nil {
+			t.Fatalf("mount an ext4 volume: %v", err)
 		}
-		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
-		if err := os.Chown(d, 1000, 1000); err != nil {
+		t.Cleanup(func() { pool.Remove(id, d) })
+		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		return d
