@@ -10,6 +10,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/govern/governtest"
 	"github.com/warden-sandbox/warden/internal/secrets"
 )
 
@@ -54,7 +55,7 @@ func TestGovernSecretUse(t *testing.T) {
 	}
 	rec := &useAudit{}
 	actors := 0
-	g := &SecretUseGovernor{Engine: eng, Audit: fakeAuditLog(t, rec),
+	g := &SecretUseGovernor{Engine: eng, Audit: governtest.AuditLog(t, rec),
 		Actor: func(_ context.Context, sb string) (govern.Principal, *govern.SandboxInfo, error) {
 			actors++
 			return govern.Principal{ID: "agent-1", Kind: "agent"}, &govern.SandboxInfo{ID: sb}, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/govern/governtest"
 	"github.com/warden-sandbox/warden/internal/network/safedial"
 	"github.com/warden-sandbox/warden/internal/store"
 )
@@ -80,7 +81,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gw, err := New(Config{Store: st, Auth: ids, Govern: eng, Audit: fakeAuditLog(b, e.auditLog), HTTPClient: dial.Client})
+	gw, err := New(Config{Store: st, Auth: ids, Govern: eng, Audit: governtest.AuditLog(b, e.auditLog), HTTPClient: dial.Client})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/govern/governtest"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -156,7 +157,7 @@ func newEnv(t *testing.T) *env {
 		noScopeKey: {Principal: store.Principal{ID: "agent-2", Kind: store.PrincipalAgent}, Scopes: []auth.Scope{auth.ScopeSandboxesRead}},
 		otherKey:   {Principal: store.Principal{ID: "agent-3", Kind: store.PrincipalAgent}, Scopes: []auth.Scope{ScopeUse}},
 	}
-	gw, err := New(Config{Store: e.st, Auth: ids, Govern: e.eng, Audit: fakeAuditLog(t, e.audit),
+	gw, err := New(Config{Store: e.st, Auth: ids, Govern: e.eng, Audit: governtest.AuditLog(t, e.audit),
 		Secrets:    fakeSecrets{"sec-1": "upstream-token"},
 		HTTPClient: func() *http.Client { return &http.Client{} }})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/govern/governtest"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
 )
 
@@ -75,7 +76,7 @@ func newGovernedHarness(t *testing.T, p Policy, eng *govern.Engine) (*harness, *
 	t.Helper()
 	rec := &govAudit{}
 	var actorCalls atomic.Int64
-	gov := &EgressGovernor{Engine: eng, Audit: fakeAuditLog(t, rec),
+	gov := &EgressGovernor{Engine: eng, Audit: governtest.AuditLog(t, rec),
 		Actor: func(_ context.Context, sb string) (govern.Principal, *govern.SandboxInfo, error) {
 			actorCalls.Add(1)
 			if sb != "sb-test" {
@@ -328,7 +329,7 @@ func TestGovernEgressUnknownActor(t *testing.T) {
 	eng := govern.New(govern.Config{})
 	loadPolicy(t, eng, egressPolicy)
 	rec := &govAudit{}
-	g := &EgressGovernor{Engine: eng, Audit: fakeAuditLog(t, rec), Actor: func(context.Context, string) (govern.Principal, *govern.SandboxInfo, error) {
+	g := &EgressGovernor{Engine: eng, Audit: governtest.AuditLog(t, rec), Actor: func(context.Context, string) (govern.Principal, *govern.SandboxInfo, error) {
 		return govern.Principal{}, nil, errors.New("store down")
 	}}
 	err := g.DecideFlow(context.Background(), Flow{Sandbox: "sb-x", Proto: "tcp", Host: "allowed.test"})

@@ -1,4 +1,7 @@
-package mcpgw
+// Package governtest has helpers for the tests of packages that audit
+// through the governed path (*govern.AuditLog), which may not import
+// internal/audit themselves (TestDoorsDoNotImportAudit).
+package governtest
 
 import (
 	"context"
@@ -9,10 +12,9 @@ import (
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
-// fakeAuditLog returns the governed path's AuditLog writing to w, a test's
-// recorder of appended events (the package writes audit only through a
-// *govern.AuditLog: TestDoorsDoNotImportAudit).
-func fakeAuditLog(t testing.TB, w govern.Auditor) *govern.AuditLog {
+// AuditLog returns the governed path's AuditLog writing to w, a test's
+// recorder of appended events.
+func AuditLog(t testing.TB, w govern.Auditor) *govern.AuditLog {
 	t.Helper()
 	f := auditFake{w}
 	l, err := govern.NewAuditLog(f, f, nil)
