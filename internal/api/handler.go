@@ -199,11 +199,11 @@ func (s *Server) finishAudit(r *http.Request, err error) {
 		return
 	}
 	// Refusals of callers without a key (preview traffic, presigned links)
-	// and preview traffic a rule flagged are audited at most once a second
-	// per action and target; the next event counts the ones left out.
-	// Actions that took effect (a presigned upload) and decisions with
-	// guardrail findings are always audited.
-	if st.ident == nil && (oc == govern.AuditDenied || st.action == "port.proxy") && !hasFindings(st.governed) {
+	// and preview traffic a rule flagged (log_only) are audited at most
+	// once a second per action and target; the next event counts the ones
+	// left out. Other actions that took effect (a presigned upload) and
+	// decisions with guardrail findings are always audited.
+	if st.ident == nil && (oc == govern.AuditDenied || flaggedPreview(st.governed)) && !hasFindings(st.governed) {
 		n, ok := s.anonAudit.allow(st.action+" "+st.target, s.now())
 		if !ok {
 			return
@@ -218,6 +218,17 @@ func (s *Server) finishAudit(r *http.Request, err error) {
 		}
 	}
 	s.appendAudit(r.Context(), st, oc)
+}
+
+// flaggedPreview reports whether a rule flagged (log_only) a request to a
+// sandbox's port.
+func flaggedPreview(ds []govern.Decided) bool {
+	for _, d := range ds {
+		if d.Decision.Outcome == govern.LogOnly && d.Action != nil && d.Action.Kind == govern.KindPortPreview {
+			return true
+		}
+	}
+	return false
 }
 
 // hasFindings reports whether a decision found something in the content.

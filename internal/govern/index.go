@@ -84,14 +84,8 @@ func (p *precheck) test(v fieldVal) bool {
 	}
 	s := v.s
 	switch p.op {
-	case preEq:
-		return s == p.s
-	case preContains:
-		return strings.Contains(s, p.s)
-	case prePrefix:
-		return strings.HasPrefix(s, p.s)
-	case preSuffix:
-		return strings.HasSuffix(s, p.s)
+	case preEq, preContains, prePrefix, preSuffix:
+		return fastTest(p.op, s, p.s)
 	case preMatches:
 		for _, l := range p.lits {
 			if !strings.Contains(s, l) {
@@ -101,6 +95,22 @@ func (p *precheck) test(v fieldVal) bool {
 		return p.re.MatchString(s)
 	case preInSet:
 		return slices.Contains(p.set, s)
+	}
+	return true
+}
+
+// fastTest is the test of the ops a flatCheck holds inline: ==,
+// contains, startsWith and endsWith of s against the constant c.
+func fastTest(op precheckOp, s, c string) bool {
+	switch op {
+	case preEq:
+		return s == c
+	case preContains:
+		return strings.Contains(s, c)
+	case prePrefix:
+		return strings.HasPrefix(s, c)
+	case preSuffix:
+		return strings.HasSuffix(s, c)
 	}
 	return true
 }
@@ -241,16 +251,8 @@ func (ix *preIndex) live(act *activation, buf []uint64) []uint64 {
 			ok = c.slow.test(v)
 		case v.list.IsValid():
 			ok = true
-		case c.op == preEq:
-			ok = v.s == c.s
-		case c.op == preContains:
-			ok = strings.Contains(v.s, c.s)
-		case c.op == prePrefix:
-			ok = strings.HasPrefix(v.s, c.s)
-		case c.op == preSuffix:
-			ok = strings.HasSuffix(v.s, c.s)
 		default:
-			ok = true
+			ok = fastTest(c.op, v.s, c.s)
 		}
 		if !ok {
 			bits[c.rule/64] &^= 1 << (c.rule % 64)
