@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFirstRunscLate: a daemon started before runsc is installed serves
@@ -41,7 +42,7 @@ func TestFirstRunscLate(t *testing.T) {
 		return h.Backends
 	}
 
-	if !strings.Contains(d.log.String(), "the gvisor backend is unavailable for now") || !strings.Contains(d.log.String(), "backends_ready=native ") {
+	if !d.log.waitFor("the gvisor backend is unavailable for now", 10*time.Second) || !d.log.waitFor("backends_ready=native ", 10*time.Second) {
 		t.Errorf("the start log does not say gvisor is not ready:\n%s", d.log)
 	}
 	if b := health(); !slices.Equal(b, []string{"native"}) {
@@ -77,7 +78,7 @@ func TestFirstRunscLate(t *testing.T) {
 	if out, errOut, code = d.cli(t, "", "exec", id, "--", "echo", "hi"); code != 0 || out != "hi\n" {
 		t.Fatalf("exec in the late gvisor sandbox: %d %q %q", code, out, errOut)
 	}
-	if !strings.Contains(d.log.String(), "the gvisor backend is ready") {
+	if !d.log.waitFor("the gvisor backend is ready", 10*time.Second) {
 		t.Errorf("the log does not say gvisor became ready:\n%s", d.log)
 	}
 	if b := health(); !slices.Equal(b, []string{"native", "gvisor"}) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestFirstSocketGroup: wardend creates its socket group when missing and
@@ -33,7 +34,7 @@ func TestFirstSocketGroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("wardend did not create group %s: %v\n%s", group, err, d.log)
 	}
-	if !strings.Contains(d.log.String(), "created the group") {
+	if !d.log.waitFor("created the group", 10*time.Second) {
 		t.Errorf("the log does not say the group was created:\n%s", d.log)
 	}
 	gid, _ := strconv.Atoi(g.Gid)

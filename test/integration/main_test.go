@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +69,41 @@ type daemon struct {
 	url      string
 	socket   string
 	adminKey string
-	log      *bytes.Buffer
+	log      *logBuf
+}
+
+// logBuf collects a daemon's output. exec copies the output into it from
+// its own goroutine, so reads take the lock, and a line the daemon has
+// written may arrive a moment after the event a test waited for: use waitFor.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor reports whether the log contains sub within d.
+func (b *logBuf) waitFor(sub string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if strings.Contains(b.String(), sub) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func freePort(t *testing.T) string {
@@ -111,7 +146,7 @@ const e2bDefault = "(e2b-default)"
 // startDaemonEnv is startDaemon with env added to wardend's environment.
 func startDaemonEnv(t *testing.T, state, run string, env []string, extra ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, stateDir: state, runDir: run, log: &bytes.Buffer{}}
+	d := &daemon{t: t, stateDir: state, runDir: run, log: &logBuf{}}
 	addr := freePort(t)
 	d.url = "http://" + addr
 	d.socket = filepath.Join(run, "wardend.sock")
