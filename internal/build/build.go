@@ -91,6 +91,10 @@ type Builder struct {
 	// Net, if set, gives build sandboxes the network a build asks for
 	// (Request.Network); without it builds have loopback only.
 	Net *network.Manager
+	// Actor, if set, is told which principal a build sandbox's traffic
+	// belongs to before its network is attached (the governed egress path
+	// decides its flows as that principal's); the returned func forgets it.
+	Actor func(sandboxID, principal string) (forget func())
 	// Images is the policy of FROM pulls (registries, import limits);
 	// nil is internal/image's default.
 	Images *image.Policy
@@ -658,6 +662,9 @@ func (b *Builder) runInSandbox(ctx context.Context, req Request, st *state, key 
 		return nil, fmt.Errorf("build sandbox: %w", err)
 	}
 	if req.Network != nil && req.Network.Mode != network.ModeNone {
+		if b.Actor != nil {
+			defer b.Actor(spec.ID, req.By.Principal)()
+		}
 		link, err := b.attachNetwork(bctx, spec.ID, h, *req.Network)
 		if err != nil {
 			return nil, err

@@ -333,7 +333,7 @@ func (d *daemon) buildAPI() error {
 	}
 	var builder *build.Builder
 	if bb := d.builderBackend(); bb != nil {
-		builder = &build.Builder{Store: d.tmpl, Backend: bb, Net: d.net, Images: images}
+		builder = &build.Builder{Store: d.tmpl, Backend: bb, Net: d.net, Images: images, Actor: d.egress.build}
 	} else {
 		d.log.Warn("no backend here can capture a writable layer: template builds are unavailable")
 	}

@@ -59,6 +59,25 @@ func (e *egressActors) actor(ctx context.Context, sandboxID string) (govern.Prin
 	return a.p, a.sb, nil
 }
 
+// build records a template build's sandbox, which has no sandbox record:
+// its traffic is the traffic of the principal who asked for the build, so
+// rules on egress decide it as theirs instead of refusing it as the
+// traffic of an unknown owner. The returned func forgets it.
+func (e *egressActors) build(sandboxID, principal string) (forget func()) {
+	a := egressActor{p: govern.Principal{ID: principal},
+		sb: &govern.SandboxInfo{ID: sandboxID, Name: "build", Owner: principal}}
+	if pr, err := e.st.GetPrincipal(context.Background(), principal); err == nil {
+		a.p.Kind, a.p.Owner = pr.Kind, pr.CreatedBy
+	}
+	e.mu.Lock()
+	if e.m == nil {
+		e.m = map[string]egressActor{}
+	}
+	e.m[sandboxID] = a
+	e.mu.Unlock()
+	return func() { e.forget(sandboxID) }
+}
+
 func (e *egressActors) forget(sandboxID string) {
 	e.mu.Lock()
 	delete(e.m, sandboxID)

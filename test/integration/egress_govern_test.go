@@ -116,4 +116,42 @@ func TestEgressGovernedPath(t *testing.T) {
 	if rules["egress.connect/no-other"] != 1 || rules["secret.use/keep-key-home"] != 1 || len(rules) != 2 {
 		t.Fatalf("denied governed events by rule: %v", rules)
 	}
+
+	// A template build's RUN steps (sandboxes without a sandbox record)
+	// are governed as the traffic of the principal who builds: the rule
+	// refuses other.example.test, and api.example.test is reached (a build
+	// used to be refused everything once a rule covered egress, its owner
+	// being unknown).
+	build := func(host string) error {
+		dir := writeContext(t, map[string]string{"Dockerfile": "FROM base\nRUN curl -sS -k --max-time 10 -o /dev/null https://" + host + "/echo\n"})
+		_, err := c.BuildTemplate(ctx, warden.BuildRequest{Name: "egress-" + strings.Split(host, ".")[0], Network: "allowlist",
+			Allow: []string{"api.example.test", "other.example.test"}}, tarDir(t, dir), nil)
+		return err
+	}
+	if err := build("api.example.test"); err != nil {
+		t.Fatalf("a build reaching an allowed host under egress rules: %v\n%s", err, d.log)
+	}
+	if err := build("other.example.test"); err == nil {
+		t.Fatal("a build reached other.example.test, which a rule denies")
+	}
+	me, err := c.Whoami(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err = c.ListAudit(ctx, warden.AuditQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buildDenied bool
+	for _, ev := range page.Events {
+		if ev.Action == "egress.connect" && strings.HasPrefix(ev.Target, "build-") && ev.Outcome == "denied" {
+			buildDenied = true
+			if ev.PrincipalID != me.Principal.ID {
+				t.Errorf("a build's refused flow is audited as %q, want the builder", ev.PrincipalID)
+			}
+		}
+	}
+	if !buildDenied {
+		t.Error("no audit event for the build's refused flow")
+	}
 }
