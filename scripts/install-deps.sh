@@ -29,12 +29,13 @@ if ! /usr/bin/python3 -c 'import matplotlib, numpy, pandas, PIL' >/dev/null 2>&1
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends python3-matplotlib python3-numpy python3-pandas python3-pil >/dev/null
 fi
-# pytest from Debian for the Python SDK's suite (sdk/python/tests, run by test/sdk).
-if ! /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1; then
-  echo "install-deps: installing python3-pytest" >&2
+# pytest and mypy from Debian for the Python SDK's suite and type check (sdk/python, run by
+# test/sdk).
+if ! /usr/bin/python3 -c 'import pytest, mypy' >/dev/null 2>&1; then
+  echo "install-deps: installing python3-pytest python3-mypy" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends python3-pytest >/dev/null
+  apt-get install -y -qq --no-install-recommends python3-pytest python3-mypy >/dev/null
 fi
 # R and a JDK for the code interpreter's r and java kernels (E2B's template
 # has IRkernel and IJava): Rscript, and java, javac and the jdk.jshell module

@@ -79,6 +79,7 @@ type operation struct {
 // model is what both emitters need: named types in spec order, the error-code table and
 // the operations.
 type model struct {
+	schemas    *yaml.Node // components.schemas, for allOf references
 	defs       []*def
 	errStatus  [][2]string // code, status in spec order
 	operations []operation
@@ -97,7 +98,7 @@ func load(src []byte) (*model, error) {
 	if schemas == nil {
 		return nil, fmt.Errorf("spec has no components.schemas")
 	}
-	m := &model{}
+	m := &model{schemas: schemas}
 	for _, p := range pairs(schemas) {
 		m.addDef(p[0].Value, p[1])
 		if p[0].Value == "ErrorCode" {
@@ -115,6 +116,7 @@ func load(src []byte) (*model, error) {
 			}
 			if id := str(op[1], "operationId"); id != "" {
 				m.operations = append(m.operations, operation{id, strings.ToUpper(op[0].Value), p[0].Value})
+				m.responseDef(id, op[1])
 			}
 		}
 	}
@@ -122,12 +124,72 @@ func load(src []byte) (*model, error) {
 	return m, nil
 }
 
+// responseDef names an operation's inline JSON response object (its first 2xx one)
+// <OperationId>Response, so that the SDKs can type what the call returns.
+func (m *model) responseDef(id string, op *yaml.Node) {
+	for _, code := range []string{"200", "201", "202"} {
+		s := get(get(get(get(get(op, "responses"), code), "content"), "application/json"), "schema")
+		if s == nil {
+			continue
+		}
+		name := strings.ToUpper(id[:1]) + id[1:] + "Response"
+		if _, named := inlineNames[s]; !named && isObject(s) && get(m.schemas, name) == nil {
+			inlineNames[s] = name
+			m.addDef(name, s)
+		}
+		return
+	}
+}
+
 func isObject(s *yaml.Node) bool {
 	return get(s, "properties") != nil && get(s, "$ref") == nil && get(s, "oneOf") == nil && get(s, "anyOf") == nil
 }
 
+// allOfObject flattens an allOf of object schemas (references to them, or inline ones) into
+// one object schema: the properties and required names of all parts, in order. It returns
+// nil when s is not such an allOf.
+func (m *model) allOfObject(s *yaml.Node) *yaml.Node {
+	parts := content(get(s, "allOf"))
+	if len(parts) < 2 {
+		return nil
+	}
+	props := &yaml.Node{Kind: yaml.MappingNode}
+	req := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, p := range parts {
+		if r := str(p, "$ref"); r != "" {
+			p = get(m.schemas, r[strings.LastIndex(r, "/")+1:])
+		}
+		if p == nil || !isObject(p) {
+			return nil
+		}
+	next:
+		for _, kv := range pairs(get(p, "properties")) {
+			for i := 0; i+1 < len(props.Content); i += 2 {
+				if props.Content[i].Value == kv[0].Value { // a later part refines the property
+					props.Content[i+1] = kv[1]
+					continue next
+				}
+			}
+			props.Content = append(props.Content, kv[0], kv[1])
+		}
+		if r := get(p, "required"); r != nil {
+			req.Content = append(req.Content, r.Content...)
+		}
+	}
+	out := &yaml.Node{Kind: yaml.MappingNode}
+	key := func(k string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: k} }
+	if d := get(s, "description"); d != nil {
+		out.Content = append(out.Content, key("description"), d)
+	}
+	out.Content = append(out.Content, key("type"), key("object"), key("properties"), props, key("required"), req)
+	return out
+}
+
 // addDef records the named type name for schema s, and the nested object types it holds.
 func (m *model) addDef(name string, s *yaml.Node) {
+	if flat := m.allOfObject(s); flat != nil {
+		s = flat
+	}
 	d := &def{name: name, doc: firstParagraph(str(s, "description"))}
 	m.defs = append(m.defs, d)
 	if !isObject(s) {

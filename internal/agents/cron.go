@@ -166,8 +166,10 @@ func (s *Service) forgetCron(agentID string) {
 }
 
 // CronTick fires the cron triggers due at now. A trigger's first tick
-// only computes its next time; a tick after it fires once (missed fires
-// while the daemon was down are not caught up).
+// takes its next time kept by an earlier daemon (catchup.go) or computes
+// it; a tick after it fires once. A kept time that passed while the
+// daemon was down fires once at the first tick if the trigger has
+// catch_up, else it is skipped.
 func (s *Service) CronTick(now time.Time) {
 	ctx := s.ctx
 	agents, err := s.cfg.Store.ListAgents(ctx)
@@ -188,23 +190,35 @@ func (s *Service) CronTick(now time.Time) {
 			key := fmt.Sprintf("%s/%d", a.ID, i)
 			s.mu.Lock()
 			next, ok := s.cron[key]
-			if !ok || now.Before(next) {
-				if !ok {
-					s.cron[key] = sched.Next(now)
-				}
+			missed := false
+			if !ok {
+				s.mu.Unlock()
+				next, missed = s.keptCron(ctx, a.ID, i, c, sched, now)
+				s.mu.Lock()
+				s.cron[key] = next
+			}
+			// Due: a known time that came, or a kept one missed while
+			// wardend was down (catch_up). A first tick fires nothing else.
+			if due := (ok && !now.Before(next)) || missed; !due {
 				s.mu.Unlock()
 				continue
 			}
-			s.cron[key] = sched.Next(now)
+			after := sched.Next(now)
+			s.cron[key] = after
 			fire := s.mayFire(ctx, a, c)
 			s.mu.Unlock()
+			s.keepCron(ctx, a.ID, i, c, after)
 			if !fire {
 				s.log.Info("agents: cron: skipped by the overlap policy", "agent", a.Name, "schedule", c.Schedule, "overlap", c.Overlap)
 				continue
 			}
 			input := c.Input
 			if len(input) == 0 {
-				b, _ := json.Marshal(map[string]any{"schedule": c.Schedule, "time": next.UTC()})
+				in := map[string]any{"schedule": c.Schedule, "time": next.UTC()}
+				if missed {
+					in["catch_up"] = true
+				}
+				b, _ := json.Marshal(in)
 				input = b
 			}
 			if _, err := s.Trigger(ctx, a, TriggerCron, "system", input); err != nil {

@@ -98,8 +98,18 @@ type Config struct {
 	Log   *slog.Logger
 	// LogDir keeps each run's output (<run id>.log, NDJSON lines).
 	LogDir string
-	// PublicURL is the daemon's URL as runs see it (WARDEN_URL).
+	// PublicURL is the daemon's URL as runs see it (WARDEN_URL) when
+	// LocalURL is "".
 	PublicURL string
+	// LocalURL is the daemon's URL as run sandboxes reach it over their
+	// own network (http://warden.internal: network.LocalName, served by
+	// wardend to the sandboxes of live runs); "" when there is no such
+	// route. With it, a run whose spec gives no network gets an allowlist
+	// with no rules (Warden's gateways only), and WARDEN_URL is LocalURL.
+	LocalURL string
+	// OpenAIProvider and AnthropicProvider name the LLM gateway providers
+	// runs' OPENAI_BASE_URL and ANTHROPIC_BASE_URL point at ("" none).
+	OpenAIProvider, AnthropicProvider string
 	// MaxRuns caps runs at once over all agents (DefaultMaxRuns if 0).
 	MaxRuns int
 	// Now is the clock of cron triggers and records (time.Now if nil).
@@ -119,23 +129,26 @@ type Service struct {
 	now    func() time.Time
 	replay replayCache
 
-	mu      sync.Mutex
-	active  map[string]*activeRun // by run ID
-	cron    map[string]time.Time  // next fire by agent ID + "/" + index
-	kick    chan struct{}
-	dedupe  *slack.Deduper // Slack event IDs (slackrun.go)
-	closing bool           // Close began: no run starts
-	wg      sync.WaitGroup
-	ctx     context.Context
-	stop    context.CancelFunc
+	mu        sync.Mutex
+	active    map[string]*activeRun // by run ID
+	endedKeys map[string]endedKey   // keys of recently ended runs (route.go)
+	cron      map[string]time.Time  // next fire by agent ID + "/" + index
+	kick      chan struct{}
+	dedupe    *slack.Deduper // Slack event IDs (slackrun.go)
+	closing   bool           // Close began: no run starts
+	wg        sync.WaitGroup
+	ctx       context.Context
+	stop      context.CancelFunc
 }
 
 type activeRun struct {
-	agentID string
-	trigger string
-	replied atomic.Bool // a Slack reply was posted (slackrun.go)
-	cancel  context.CancelCauseFunc
-	done    chan struct{}
+	agentID   string
+	trigger   string
+	keyID     string      // set once issued, s.mu held
+	sandboxID string      // set once the sandbox exists, s.mu held
+	replied   atomic.Bool // a Slack reply was posted (slackrun.go)
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
 }
 
 var (
@@ -156,7 +169,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.MaxRuns = DefaultMaxRuns
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, now: cfg.Now, active: map[string]*activeRun{}, cron: map[string]time.Time{},
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), endedKeys: map[string]endedKey{}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -560,17 +573,21 @@ func (s *Service) audit(ctx context.Context, principal, name, target string, det
 // own key), if it is live.
 func (s *Service) RunForKey(ctx context.Context, keyID string) (store.AgentRun, bool) {
 	s.mu.Lock()
-	ids := make([]string, 0, len(s.active))
-	for id := range s.active {
-		ids = append(ids, id)
-	}
-	s.mu.Unlock()
-	for _, id := range ids {
-		if r, err := s.cfg.Store.GetAgentRun(ctx, id); err == nil && r.KeyID == keyID {
-			return r, true
+	var id string
+	for runID, ar := range s.active {
+		if keyID != "" && ar.keyID == keyID {
+			id = runID
 		}
 	}
-	return store.AgentRun{}, false
+	s.mu.Unlock()
+	if id == "" {
+		return store.AgentRun{}, false
+	}
+	r, err := s.cfg.Store.GetAgentRun(ctx, id)
+	if err != nil || r.KeyID != keyID {
+		return store.AgentRun{}, false
+	}
+	return r, true
 }
 
 // execute runs r to its end.
@@ -578,6 +595,9 @@ func (s *Service) execute(ctx context.Context, ar *activeRun, a store.Agent, spe
 	defer func() {
 		s.mu.Lock()
 		delete(s.active, r.ID)
+		if ar.keyID != "" {
+			s.endedKeys[ar.keyID] = endedKey{run: r.ID, at: time.Now()}
+		}
 		s.mu.Unlock()
 		close(ar.done)
 		s.poke()
@@ -629,6 +649,9 @@ func (s *Service) execute(ctx context.Context, ar *activeRun, a store.Agent, spe
 		return
 	}
 	r.KeyID = rec.ID
+	s.mu.Lock()
+	ar.keyID = rec.ID
+	s.mu.Unlock()
 	if r, err = s.cfg.Store.UpdateAgentRun(bg, r.ID, func(x *store.AgentRun) error { x.KeyID = rec.ID; return nil }); err != nil {
 		failed(err)
 		return
@@ -639,6 +662,9 @@ func (s *Service) execute(ctx context.Context, ar *activeRun, a store.Agent, spe
 		return
 	}
 	r.SandboxID = sb.ID
+	s.mu.Lock()
+	ar.sandboxID = sb.ID
+	s.mu.Unlock()
 	if r, err = s.cfg.Store.UpdateAgentRun(bg, r.ID, func(x *store.AgentRun) error { x.SandboxID = sb.ID; return nil }); err != nil {
 		failed(err)
 		return
@@ -664,19 +690,7 @@ func (s *Service) execute(ctx context.Context, ar *activeRun, a store.Agent, spe
 		failed(fmt.Errorf("write the input file: %w", err))
 		return
 	}
-	env := map[string]string{}
-	for k, v := range spec.Env {
-		env[k] = v
-	}
-	env["WARDEN_URL"] = s.cfg.PublicURL
-	env["WARDEN_API_KEY"] = key
-	env["WARDEN_AGENT"] = a.Name
-	env["WARDEN_RUN_ID"] = r.ID
-	env["WARDEN_RUN_TRIGGER"] = r.Trigger
-	env["WARDEN_RUN_INPUT_FILE"] = InputPath
-	if len(r.Input) <= maxEnvInputBytes {
-		env["WARDEN_RUN_INPUT"] = string(r.Input)
-	}
+	env := s.runEnv(a, spec, r, key, sb.ID)
 	logf("run %s of %s (version %d, trigger %s) in sandbox %s", r.ID, a.Name, r.Version, r.Trigger, sb.ID)
 	res, err := client.Run(tctx, agentclient.Cmd{Args: spec.Command, Env: env, Dir: spec.Workdir,
 		Stdout: io.MultiWriter(&logWriter{s: s, run: r.ID, stream: "stdout"}, &stdout), Stderr: &logWriter{s: s, run: r.ID, stream: "stderr"}})
@@ -730,7 +744,7 @@ func (s *Service) sandboxFor(ctx context.Context, a store.Agent, spec Spec, r st
 	}
 	sb, err := s.cfg.Sandboxes.Create(ctx, sandbox.CreateRequest{
 		Owner: a.PrincipalID, Template: spec.Template, CPUMillis: spec.Limits.CPUMillis, MemoryMB: spec.Limits.MemoryMB,
-		DiskMB: spec.Limits.DiskMB, Timeout: timeout, Network: spec.Network,
+		DiskMB: spec.Limits.DiskMB, Timeout: timeout, Network: s.runNetwork(spec),
 		Metadata: map[string]string{MetaAgent: a.Name, MetaRun: r.ID},
 	})
 	if err != nil {

@@ -58,8 +58,10 @@ type Spec struct {
 	// Scopes are the scopes of each run's API key (default mcp:use and
 	// llm:use); human-only scopes are refused.
 	Scopes []string `json:"scopes,omitempty" yaml:"scopes,omitempty"`
-	// LLMBudget is a reference to an LLM budget (recorded).
-	LLMBudget string          `json:"llm_budget,omitempty" yaml:"llm_budget,omitempty"`
+	// LLMBudget caps what the agent's runs spend on the LLM gateway
+	// together (enforced by the gateway as a budget scoped to the agent;
+	// budget.go). The older form, a string, names a budget and is recorded.
+	LLMBudget *LLMBudget      `json:"llm_budget,omitempty" yaml:"llm_budget,omitempty"`
 	Network   *network.Policy `json:"network,omitempty" yaml:"network,omitempty"`
 	Limits    Limits          `json:"limits,omitzero" yaml:"limits,omitempty"`
 	// Policies names governance policies that apply to the agent (recorded).
@@ -95,6 +97,9 @@ type CronTrigger struct {
 	Overlap     string          `json:"overlap,omitempty" yaml:"overlap,omitempty"`
 	MaxParallel int             `json:"max_parallel,omitempty" yaml:"max_parallel,omitempty"`
 	Input       json.RawMessage `json:"input,omitempty" yaml:"-"`
+	// CatchUp fires once, when wardend starts, for fires missed while it
+	// was down (of any number); without it they are skipped.
+	CatchUp bool `json:"catch_up,omitempty" yaml:"catch_up,omitempty"`
 }
 
 // SlackTrigger wires Slack events for the agent's bot to runs.
@@ -185,6 +190,9 @@ func (s *Spec) Validate() error {
 		if len(c.Input) > 0 && !json.Valid(c.Input) {
 			return fmt.Errorf("triggers.cron[%d].input is not JSON", i)
 		}
+	}
+	if err := s.LLMBudget.validate(); err != nil {
+		return fmt.Errorf("llm_budget: %w", err)
 	}
 	if sl := s.Triggers.Slack; sl != nil && (sl.SigningSecret == "" || sl.BotToken == "") {
 		return errors.New("triggers.slack: signing_secret and bot_token (secret names) are required")

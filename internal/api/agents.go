@@ -69,11 +69,17 @@ type agentRunView struct {
 	StartedAt  *time.Time      `json:"started_at,omitempty"`
 	EndedAt    *time.Time      `json:"ended_at,omitempty"`
 	DurationMS *int64          `json:"duration_ms,omitempty"`
+	// What the run spent on the LLM gateway with its own key.
+	LLMCalls   int64 `json:"llm_calls"`
+	TokensIn   int64 `json:"tokens_in"`
+	TokensOut  int64 `json:"tokens_out"`
+	CostMicros int64 `json:"cost_micros"`
 }
 
 func agentRunOf(name string, r store.AgentRun) agentRunView {
 	v := agentRunView{ID: r.ID, Agent: name, Version: r.Version, Trigger: r.Trigger, Input: r.Input, State: r.State, Reason: r.Reason,
-		SandboxID: r.SandboxID, ExitCode: r.ExitCode, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+		SandboxID: r.SandboxID, ExitCode: r.ExitCode, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
+		LLMCalls: r.LLMCalls, TokensIn: r.TokensIn, TokensOut: r.TokensOut, CostMicros: r.CostMicros}
 	if !r.StartedAt.IsZero() {
 		t := r.StartedAt
 		v.StartedAt = &t

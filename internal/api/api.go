@@ -61,6 +61,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/mw"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/secrets"
+	"github.com/warden-sandbox/warden/internal/snapshot"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
 	"github.com/warden-sandbox/warden/internal/volume"
@@ -145,6 +146,9 @@ type Config struct {
 	MCP MCPHooks
 	// Volumes keeps persistent volumes (volumes.go); nil: the routes 503.
 	Volumes *volume.Manager
+	// Snapshots keeps filesystem snapshots (snapshots.go); nil: the
+	// routes 503.
+	Snapshots *snapshot.Service
 	// Agents runs hosted agents behind /v1/agents and /v1/agent-runs
 	// (agents.go); nil: those routes answer 503.
 	Agents *agents.Service
@@ -470,6 +474,12 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/volumes/{name}/resize", action: "volume.resize", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.resizeVolume},
 		{pattern: "GET /v1/volumes/{name}/files", action: "volume.file_read", scope: auth.ScopeFilesRead, audited: true, nokind: nkVolume, h: s.readVolumeFile},
 		{pattern: "PUT /v1/volumes/{name}/files", action: "volume.file_write", scope: auth.ScopeFilesWrite, audited: true, stream: true, nokind: nkVolume, h: s.writeVolumeFile},
+		// Filesystem snapshots (snapshots.go): the caller's own, by name or id.
+		{pattern: "POST /v1/sandboxes/{id}/snapshots", action: "snapshot.create", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindSnapshot, h: s.createSnapshot},
+		{pattern: "GET /v1/snapshots", action: "snapshot.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listSnapshots},
+		{pattern: "GET /v1/snapshots/{name}", action: "snapshot.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getSnapshot},
+		{pattern: "DELETE /v1/snapshots/{name}", action: "snapshot.delete", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindSnapshot, h: s.deleteSnapshot},
+		{pattern: "POST /v1/snapshots/{name}/promote", action: "snapshot.promote", scope: auth.ScopeTemplatesWrite, audited: true, kind: govern.KindSnapshot, h: s.promoteSnapshot},
 
 		// Agents' memory (memory.go): reviewed by humans.
 		{pattern: "GET /v1/agents/{name}/memory", action: "memory.list", scope: auth.ScopeMemoryRead, nokind: nkRead, h: s.listMemory},

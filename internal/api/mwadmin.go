@@ -131,6 +131,7 @@ func (s *Server) deleteMiddleware(w http.ResponseWriter, r *http.Request) error 
 	if err := reg.Delete(name); err != nil {
 		return mwError(err)
 	}
+	s.purgeMiddlewareGrants(name)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -131,6 +131,9 @@ type createSandboxRequest struct {
 	Isolation      *string           `json:"isolation"`
 	Name           string            `json:"name"`
 	Volumes        []volume.Request  `json:"volumes"`
+	// Snapshot starts the sandbox from the caller's snapshot (by name or
+	// id; snapshots.go) instead of a template.
+	Snapshot string `json:"snapshot"`
 	// Lifetimes (internal/sandbox/lifetime.go).
 	IdleTimeoutSeconds     *int64 `json:"idle_timeout_seconds"`
 	MaxLifetimeSeconds     *int64 `json:"max_lifetime_seconds"`
@@ -167,6 +170,9 @@ func deref[T any](p *T) T {
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var q createSandboxRequest
 	if err := decodeJSON(r, &q, false); err != nil {
+		return err
+	}
+	if err := s.snapshotTemplate(r, &q); err != nil {
 		return err
 	}
 	st := stateOf(r)

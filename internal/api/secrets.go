@@ -148,6 +148,7 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 	var q struct {
 		Sandbox    string   `json:"sandbox"`
 		Principal  string   `json:"principal"`
+		Middleware string   `json:"middleware"`
 		Hosts      []string `json:"hosts"`
 		Header     string   `json:"header"`
 		PathPrefix string   `json:"path_prefix"`
@@ -159,6 +160,15 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 	st := stateOf(r)
 	owner := ""
 	switch {
+	case q.Middleware != "":
+		// A middleware reads the value itself (secrets.NAME): only an
+		// administrator, never an agent's key, grants that (mwgrant.go).
+		if q.Sandbox != "" || q.Principal != "" {
+			return apierr.Validation("grant to a sandbox, a principal or a middleware, one of them")
+		}
+		if err := s.mwGrantee(r, q.Middleware); err != nil {
+			return err
+		}
 	case q.Sandbox != "" && q.Principal != "":
 		return apierr.Validation("grant to a sandbox or to a principal, not both")
 	case q.Sandbox != "":
@@ -183,11 +193,15 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 	if q.Principal != "" {
 		grantee = "principal:" + q.Principal
 	}
+	if q.Middleware != "" {
+		grantee = "middleware:" + q.Middleware
+		st.detail["middleware"] = q.Middleware
+	}
 	if err := s.decide(r, &govern.Action{Secret: &govern.Secret{ID: sec.ID, Name: sec.Name, Grant: grantee,
 		Host: strings.Join(q.Hosts, ",")}}); err != nil {
 		return err
 	}
-	g, err := v.CreateGrant(secrets.Grant{SecretID: sec.ID, Sandbox: q.Sandbox, Principal: q.Principal, Hosts: q.Hosts,
+	g, err := v.CreateGrant(secrets.Grant{SecretID: sec.ID, Sandbox: q.Sandbox, Principal: q.Principal, Middleware: q.Middleware, Hosts: q.Hosts,
 		Header: q.Header, PathPrefix: q.PathPrefix, EnvName: q.EnvName})
 	if err != nil {
 		return secretErr(err)

@@ -148,7 +148,11 @@ func (s *Server) templateGC(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ts.GC(func() (map[string]bool, error) { return s.mgr.TemplatesInUse(r.Context()) })
+	inUse := func() (map[string]bool, error) { return s.mgr.TemplatesInUse(r.Context()) }
+	if s.cfg.Snapshots != nil { // snapshots' files are kept too (snapshots.go)
+		inUse = func() (map[string]bool, error) { return s.cfg.Snapshots.KeepAlive(r.Context()) }
+	}
+	rep, err := ts.GC(inUse)
 	if err != nil {
 		return err
 	}

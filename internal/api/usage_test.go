@@ -130,7 +130,7 @@ func TestLLMUsageAPI(t *testing.T) {
 	if code != 200 || err != nil || len(recs) != 2 || recs[0][0] != "principal" || recs[1][0] != pb || recs[1][4] != "90" {
 		t.Fatalf("csv %d %v %q", code, err, body)
 	}
-	c.want(400, "GET", "/v1/usage?group_by=sandbox", admin, nil)
+	c.want(400, "GET", "/v1/usage?group_by=bogus", admin, nil)
 	c.want(400, "GET", "/v1/usage?since=yesterday", admin, nil)
 	c.want(403, "GET", "/v1/usage", agentKey, nil)
 }

@@ -294,7 +294,8 @@ func agentRunsCmd() *command {
 	var state string
 	var limit int
 	c := &command{name: "runs", args: "NAME", short: "List an agent's runs, newest first", json: true,
-		long: "List an agent's runs with their trigger, state, exit code, duration and the reason they ended."}
+		long: "List an agent's runs with their trigger, state, exit code, duration, the tokens and cost of\n" +
+			"their LLM calls (made with the run's key) and the reason they ended."}
 	c.flags = func(fs *flagSet) {
 		fs.String(&state, "state", "STATE", "only runs in this state (queued, running, succeeded, failed, timed_out, cancelled)")
 		fs.Int(&limit, "limit", "N", "at most N runs (default 50)")
@@ -316,7 +317,7 @@ func agentRunsCmd() *command {
 		}
 		now := r.env.Now()
 		tw := tabwriter.NewWriter(r.env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RUN\tVERSION\tTRIGGER\tSTATE\tEXIT\tDURATION\tAGE\tREASON")
+		fmt.Fprintln(tw, "RUN\tVERSION\tTRIGGER\tSTATE\tEXIT\tDURATION\tAGE\tTOKENS\tCOST\tREASON")
 		for _, x := range runs {
 			exit, dur := "-", "-"
 			if x.ExitCode != nil {
@@ -325,8 +326,12 @@ func agentRunsCmd() *command {
 			if x.DurationMS != nil {
 				dur = (time.Duration(*x.DurationMS) * time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.Version, x.Trigger, x.State, exit, dur, age(x.CreatedAt, now),
-				strings.ReplaceAll(x.Reason, "\n", " "))
+			tokens, cost := "-", "-"
+			if x.LLMCalls > 0 {
+				tokens, cost = strconv.FormatInt(x.TokensIn+x.TokensOut, 10), fmt.Sprintf("$%.4f", float64(x.CostMicros)/1e6)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.Version, x.Trigger, x.State, exit, dur, age(x.CreatedAt, now),
+				tokens, cost, strings.ReplaceAll(x.Reason, "\n", " "))
 		}
 		return tw.Flush()
 	}

@@ -169,6 +169,7 @@ func newRoot() *command {
 			templateCmd(),
 			secretCmd(),
 			volumeCmd(),
+			snapshotCmd(),
 			execCmd(),
 			runCmd(),
 			contextsCmd(),

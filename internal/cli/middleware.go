@@ -19,7 +19,7 @@ func middlewareCmd() *command {
 			"action kinds they name: pre(action) and post(action, result) return {allow: true},\n" +
 			"{block: \"message\"} or {modify: value} (docs/guardrails.md). Those of the daemon's config\n" +
 			"file are listed but read-only here. The key needs the admin scope (never an agent's).",
-		subs: []*command{middlewareAddCmd(), middlewareLsCmd(), middlewareRmCmd(), middlewareTestCmd()},
+		subs: []*command{middlewareAddCmd(), middlewareLsCmd(), middlewareShowCmd(), middlewareRmCmd(), middlewareTestCmd()},
 	}
 }
 
@@ -133,19 +133,32 @@ func middlewareRmCmd() *command {
 
 func middlewareTestCmd() *command {
 	var script, kinds, action, result, phase string
+	var draft warden.Middleware
+	var domains, secrets string
 	c := &command{name: "test", args: "[NAME]", short: "Run a middleware on a sample action and show its verdict",
 		long: "Run the installed middleware NAME, or the script in --script FILE (on --kinds, default\n" +
 			"the action's kind), on the governed action in --action FILE (JSON as rules see it:\n" +
 			"{\"kind\": \"exec\", \"exec\": {...}}; \"-\": stdin) and, for --phase post, the result in\n" +
-			"--result FILE. Nothing is applied. The verdict is allow, block, modify or error.",
+			"--result FILE. Nothing is applied. The verdict is allow, block, modify or error.\n" +
+			"A --script draft takes the definition flags of 'warden middleware add' and runs with\n" +
+			"those limits; with --name it reads the secrets granted to that name. Secret values\n" +
+			"the script read show as [secret NAME] in the verdict.",
 		examples: []string{
 			"warden middleware test no-shell --action call.json",
 			"warden middleware test --script hook.js --phase post --action call.json --result res.json",
+			"warden middleware test --script scan.js --name scan --secrets scanner_key --allow-domains \\\n" +
+				"    api.scanner.example --action call.json",
 		},
 		json: true}
 	c.flags = func(fs *flagSet) {
 		fs.String(&script, "script", "FILE", "test this script instead of an installed middleware")
 		fs.String(&kinds, "kinds", "LIST", "with --script: the kinds it runs for (default: the action's)")
+		fs.String(&draft.Name, "name", "NAME", "with --script: its name (default test)")
+		fs.String(&draft.OnError, "on-error", "closed|open", "with --script: what a failed call does (default closed)")
+		fs.Int64(&draft.TimeoutMS, "timeout-ms", "N", "with --script: time limit per call in ms (default 200)")
+		fs.Int64(&draft.MaxMemoryMB, "max-memory-mb", "N", "with --script: memory limit per call in MiB (default 64)")
+		fs.String(&domains, "allow-domains", "LIST", "with --script: hosts fetch may reach, comma-separated")
+		fs.String(&secrets, "secrets", "LIST", "with --script: secret names the script may read, comma-separated")
 		fs.String(&action, "action", "FILE", `the governed action as JSON ("-": stdin; required)`)
 		fs.String(&result, "result", "FILE", "the call's result as JSON, for --phase post")
 		fs.String(&phase, "phase", "pre|post", "the hook to run (default pre)")
@@ -160,6 +173,10 @@ func middlewareTestCmd() *command {
 		case script != "" && len(args) == 0:
 		default:
 			return usageErr(c, "want one NAME (or --script FILE)")
+		}
+		if script == "" && (draft.Name != "" || draft.OnError != "" || draft.TimeoutMS != 0 || draft.MaxMemoryMB != 0 ||
+			domains != "" || secrets != "" || kinds != "") {
+			return usageErr(c, "the definition flags go with --script (an installed middleware runs as installed)")
 		}
 		if action == "" {
 			return usageErr(c, "--action FILE is required")
@@ -197,7 +214,13 @@ func middlewareTestCmd() *command {
 			if len(ks) == 0 {
 				ks = []string{a.Kind}
 			}
-			q.Middleware = &warden.Middleware{Name: "test", Kinds: ks, Script: string(src)}
+			m := draft
+			if m.Name == "" {
+				m.Name = "test"
+			}
+			m.Kinds, m.Script = ks, string(src)
+			m.AllowedDomains, m.Secrets = splitList(domains), splitList(secrets)
+			q.Middleware = &m
 		}
 		cl, err := r.client()
 		if err != nil {
@@ -219,6 +242,52 @@ func middlewareTestCmd() *command {
 			fmt.Fprintf(r.env.Stdout, "error (on_error %s): %s\n", v.OnError, v.Error)
 		default:
 			fmt.Fprintln(r.env.Stdout, v.Action)
+		}
+		return nil
+	}
+	return c
+}
+
+func middlewareShowCmd() *command {
+	c := &command{name: "show", args: "NAME", short: "Show an installed middleware with its script",
+		long: "Show the installed middleware NAME: its definition (kinds, limits, allowed domains, the\n" +
+			"secret names it reads, where it comes from) and its script. Never secret values.",
+		json: true}
+	c.run = func(ctx context.Context, r *runner, args []string) error {
+		if len(args) != 1 {
+			return usageErr(c, "want one NAME")
+		}
+		cl, err := r.client()
+		if err != nil {
+			return err
+		}
+		m, err := cl.GetMiddleware(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if r.g.json {
+			return printJSON(r.env.Stdout, m)
+		}
+		w := r.env.Stdout
+		fmt.Fprintf(w, "name: %s\nkinds: %s\nsource: %s\non_error: %s\n", m.Name, strings.Join(m.Kinds, ","), m.Source, m.OnError)
+		if m.TimeoutMS > 0 {
+			fmt.Fprintf(w, "timeout_ms: %d\n", m.TimeoutMS)
+		}
+		if m.MaxMemoryMB > 0 {
+			fmt.Fprintf(w, "max_memory_mb: %d\n", m.MaxMemoryMB)
+		}
+		if len(m.AllowedDomains) > 0 {
+			fmt.Fprintf(w, "allowed_domains: %s\n", strings.Join(m.AllowedDomains, ","))
+		}
+		if len(m.Secrets) > 0 {
+			fmt.Fprintf(w, "secrets: %s\n", strings.Join(m.Secrets, ","))
+		}
+		if m.Disabled {
+			fmt.Fprintln(w, "disabled: true")
+		}
+		fmt.Fprintf(w, "\n%s", m.Script)
+		if !strings.HasSuffix(m.Script, "\n") {
+			fmt.Fprintln(w)
 		}
 		return nil
 	}

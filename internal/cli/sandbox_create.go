@@ -44,6 +44,7 @@ func sandboxCreateCmd() *command {
 		fs.String(&req.Name, "name", "NAME", "name the sandbox, usable instead of its ID while it is live:\n"+
 			"lowercase letters, digits and '-', not starting with sb-;\nunique among your live sandboxes")
 		fs.String(&req.Template, "template", "T", "template to start from (default: the daemon's, base)")
+		fs.String(&req.Snapshot, "snapshot", "NAME", "start from your snapshot NAME instead of a template")
 		fs.String(&req.Isolation, "isolation", "BACKEND", "isolation backend: native or gvisor (default: the daemon's)")
 		fs.Var(&cpu, "cpu", "CPUS", "CPU limit in CPUs, such as 2 or 0.5 (or millicores: 500m)")
 		fs.Var(&mem, "memory", "SIZE", "memory limit, such as 512m or 1g (a bare number is MiB)")

@@ -90,15 +90,19 @@ func secretGrantCmd() *command {
 		args:  "SECRET-ID",
 		short: "Let a sandbox or a principal use a secret on hosts",
 		long: "Grant a secret to a sandbox (--sandbox) or to every sandbox of a principal (--principal)\n" +
-			"for requests to --host names. The sandbox gets the placeholder in the --env variable.",
+			"for requests to --host names. The sandbox gets the placeholder in the --env variable.\n" +
+			"Or let a middleware's script read it as secrets.NAME (--middleware; admin only; --host,\n" +
+			"optional, bounds where its fetch may send the value).",
 		examples: []string{
 			"warden secret grant sec-123 --sandbox sb-01hzx3k9q2 --host api.openai.com --env OPENAI_API_KEY",
+			"warden secret grant sec-123 --middleware check-urls --host api.scanner.example",
 		},
 		json: true,
 	}
 	c.flags = func(fs *flagSet) {
 		fs.String(&g.Sandbox, "sandbox", "ID", "the sandbox that may use the secret")
 		fs.String(&g.Principal, "principal", "P", "or: every sandbox of this principal (ID or name)")
+		fs.String(&g.Middleware, "middleware", "NAME", "or: the middleware whose script may read it")
 		fs.String(&hosts, "host", "LIST", "hosts (or *.example.com) the secret may be sent to, comma-separated")
 		fs.String(&g.Header, "header", "NAME", "the request header that carries it (default Authorization)")
 		fs.String(&g.PathPrefix, "path", "PREFIX", "only requests under this path")
@@ -126,6 +130,10 @@ func secretGrantCmd() *command {
 		}
 		if r.g.json {
 			return printJSON(r.env.Stdout, out)
+		}
+		if out.Middleware != "" {
+			fmt.Fprintln(r.env.Stdout, out.ID)
+			return nil
 		}
 		fmt.Fprintf(r.env.Stdout, "%s %s\n", out.ID, out.Placeholder)
 		return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	warden "github.com/warden-sandbox/warden/sdk/go"
 )
@@ -19,23 +20,28 @@ func usageCmd() *command {
 	)
 	c := &command{
 		name:  "usage",
-		short: "Show LLM usage and cost",
-		long: "Show the LLM calls, tokens and cost the LLM gateway recorded, summed by principal,\n" +
-			"agent, model or day over a range of UTC days (default: the last 30 days). Needs admin.\n" +
-			"For one sandbox's CPU, memory and disk, see 'warden sandbox usage'.",
+		short: "Show sandbox resource use and LLM usage and cost",
+		long: "Show what sandboxes used (CPU-seconds from their cgroups, memory GiB-seconds, egress\n" +
+			"bytes, seconds running and paused, disk) and the LLM calls, tokens and cost the LLM gateway\n" +
+			"recorded, summed by principal, agent, sandbox, model or day over a range (default: the\n" +
+			"last 30 days). Sandbox figures are kept per UTC hour, LLM figures per UTC day; LLM calls\n" +
+			"are not attributed to sandboxes. Needs admin. For a live sandbox's counters now, see\n" +
+			"'warden sandbox usage'.",
 		examples: []string{
 			"warden usage",
-			"warden usage --by agent --since 24h",
+			"warden usage --by sandbox --since 24h",
+			"warden usage --by agent --since 2026-11-01 --until 2026-12-01",
 			"warden usage --by day --since 2026-11-01 --csv > usage.csv",
 		},
 		json: true,
 	}
 	c.flags = func(fs *flagSet) {
-		fs.String(&q.GroupBy, "by", "G", "group by principal (default), agent, model or day")
+		fs.String(&q.GroupBy, "by", "G", "group by principal (default), agent, sandbox, model or day")
 		fs.String(&q.Since, "since", "T", "from: RFC 3339, YYYY-MM-DD or a duration back (24h, 7d)")
 		fs.String(&q.Until, "until", "T", "to (default now), same forms")
 		fs.String(&q.Principal, "principal", "P", "only this principal's use")
 		fs.String(&q.Agent, "agent", "A", "only this agent's use")
+		fs.String(&q.Sandbox, "sandbox", "ID", "only this sandbox's resources")
 		fs.Bool(&asCSV, "csv", "print CSV with a header row")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
@@ -61,11 +67,16 @@ func usageCmd() *command {
 		if r.g.json {
 			return printJSON(r.env.Stdout, rep)
 		}
-		fmt.Fprintf(r.env.Stdout, "LLM usage from %s to %s (UTC days)\n", rep.FromDay, rep.ToDay)
-		t := newTable(r.env.Stdout, strings.ToUpper(rep.GroupBy), "CALLS", "TOKENS IN", "TOKENS OUT", "COST (USD)")
+		fmt.Fprintf(r.env.Stdout, "Usage from %s to %s (LLM: UTC days %s to %s)\n", rep.From.Format(time.RFC3339),
+			rep.To.Format(time.RFC3339), rep.FromDay, rep.ToDay)
+		t := newTable(r.env.Stdout, strings.ToUpper(rep.GroupBy), "SANDBOXES", "CPU-S", "MEM GIB-S", "EGRESS OUT", "EGRESS IN",
+			"RUNNING-S", "PAUSED-S", "CALLS", "TOKENS IN", "TOKENS OUT", "COST (USD)")
+		f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+		i := func(v int64) string { return strconv.FormatInt(v, 10) }
 		for _, row := range rep.Rows {
-			t.row(orDash(row.Key), strconv.FormatInt(row.Calls, 10), strconv.FormatInt(row.TokensIn, 10),
-				strconv.FormatInt(row.TokensOut, 10), strconv.FormatFloat(row.CostUSD, 'f', 6, 64))
+			t.row(orDash(row.Key), i(row.Sandboxes), f1(row.CPUSeconds), strconv.FormatFloat(row.MemoryGiBSeconds, 'f', 3, 64),
+				i(row.EgressBytesOut), i(row.EgressBytesIn), f1(row.RunningSeconds), f1(row.PausedSeconds),
+				i(row.Calls), i(row.TokensIn), i(row.TokensOut), strconv.FormatFloat(row.CostUSD, 'f', 6, 64))
 		}
 		return t.flush()
 	}

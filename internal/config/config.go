@@ -64,6 +64,8 @@ type Config struct {
 	MCP MCPConfig `yaml:"mcp"`
 	// LLM configures the LLM gateway (docs/llm.md).
 	LLM LLMConfig `yaml:"llm"`
+	// Webhooks are the signed outgoing webhooks (docs/webhooks.md).
+	Webhooks WebhooksConfig `yaml:"webhooks"`
 	// Monitor configures the Agent Monitor's retention (docs/monitor.md).
 	Monitor MonitorConfig `yaml:"monitor"`
 	// Usage configures the signed audit checkpoints (docs/security.md).

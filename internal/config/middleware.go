@@ -21,6 +21,10 @@ type MiddlewareConfig struct {
 	// AllowedDomains are the hosts fetch may reach (public addresses,
 	// HTTPS only).
 	AllowedDomains []string `yaml:"allowed_domains"`
+	// Secrets are the secret names its script may read (secrets.NAME),
+	// once an administrator grants it a secret of that name
+	// (POST /v1/secrets/{id}/grants with "middleware").
+	Secrets []string `yaml:"secrets"`
 	// Disabled keeps it configured but not run.
 	Disabled bool `yaml:"disabled"`
 }

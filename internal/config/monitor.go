@@ -15,4 +15,7 @@ type MonitorConfig struct {
 	// Disabled turns the monitor off: no tap on the audit log, and the
 	// /v1/monitor routes answer 503.
 	Disabled bool `yaml:"disabled"`
+	// NoLLMContent keeps the LLM gateway's prompts and responses off the
+	// timeline's content (their events and digests stay).
+	NoLLMContent bool `yaml:"no_llm_content"`
 }

@@ -3,7 +3,8 @@ package config
 import "time"
 
 // UsageConfig configures the signed checkpoints of the audit log
-// (internal/audit, docs/security.md).
+// (internal/audit, docs/security.md) and the sandbox usage meter
+// (internal/usage, docs/usage.md).
 type UsageConfig struct {
 	// CheckpointInterval is how often a signed checkpoint of the audit
 	// log (a Merkle tree head) is made when the log grew (default 1h;
@@ -12,4 +13,8 @@ type UsageConfig struct {
 	// CheckpointURL, when set, receives each checkpoint as a POST of the
 	// signed note (text/plain), besides the file in the state directory.
 	CheckpointURL string `yaml:"checkpoint_url"`
+	// SampleInterval is how often the usage meter reads every live
+	// sandbox's counters (default 5s; pauses, resumes and ends are read
+	// at once whatever it is).
+	SampleInterval time.Duration `yaml:"sample_interval"`
 }

@@ -19,8 +19,16 @@ func (d *daemon) buildAgents() error {
 	if publicURL == "" && d.cfg.Listen != "" {
 		publicURL = "http://" + d.cfg.Listen
 	}
+	// Runs reach the LLM and MCP gateways over their own network when
+	// sandboxes have one (agentroute.go).
+	var local string
+	if d.net != nil {
+		local = localURL
+	}
+	openai, anthropic := llmProviders(d.cfg.LLM)
 	svc, err := agents.New(agents.Config{Store: as, Sandboxes: d.mgr, Keys: d.authn, Audit: d.audits,
 		Log: d.log.With("subsystem", "agents"), LogDir: filepath.Join(d.cfg.StateDir, "agents", "runs"), PublicURL: publicURL,
+		LocalURL: local, OpenAIProvider: openai, AnthropicProvider: anthropic,
 		Secret: d.agentSecret})
 	if err != nil {
 		return err
@@ -41,6 +49,7 @@ func (d *daemon) stopAgents() {
 	if d.agents != nil {
 		d.agents.Close()
 	}
+	d.local.close()
 }
 
 // agentSecret reads a secret of the agent's owner by name (Slack's signing

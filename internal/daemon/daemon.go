@@ -43,9 +43,11 @@ import (
 	"github.com/warden-sandbox/warden/internal/safefile"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/secrets"
+	"github.com/warden-sandbox/warden/internal/snapshot"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
 	"github.com/warden-sandbox/warden/internal/template"
+	"github.com/warden-sandbox/warden/internal/usage"
 	"github.com/warden-sandbox/warden/internal/version"
 	"github.com/warden-sandbox/warden/internal/volume"
 )
@@ -89,12 +91,16 @@ type daemon struct {
 	hosted   *hosted.Runner // its hosted connectors
 
 	agents *agents.Service // hosted agents (agents.go)
+	local  localRoute      // runs' route from their sandbox to wardend (agentroute.go)
 	memory *memory.Service // agents' memory (memory.go)
 
 	// mon is the Agent Monitor (monitor.go); nil when disabled.
 	mon *monitor.Monitor
 
-	vols *volume.Manager // persistent volumes (volumes.go); nil: unavailable
+	vols  *volume.Manager   // persistent volumes (volumes.go); nil: unavailable
+	snaps *snapshot.Service // filesystem snapshots (snapshots.go); nil: unavailable
+
+	meter *usage.Meter // the sandbox usage meter (sandbox_usage.go)
 }
 
 // Run runs wardend until ctx ends. ready, if not nil, is called with the
@@ -135,6 +141,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	defer d.gov.Close()
+	defer d.closeMiddleware() // its worker and cgroup (middleware.go)
 	if err := d.buildMemory(); err != nil {
 		return err
 	}
@@ -142,6 +149,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	defer d.backends.close()
+	if err := d.buildUsageMeter(ctx); err != nil { // sandbox_usage.go
+		return err
+	}
 	if err := d.buildManager(); err != nil {
 		return err
 	}
@@ -156,10 +166,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err := d.buildLLM(); err != nil {
 		return err
 	}
+	stopWebhooks, err := d.buildWebhooks() // webhook.go
+	if err != nil {
+		return err
+	}
+	defer stopWebhooks()
 	attached, lost, err := d.mgr.Recover(ctx)
 	if err != nil {
 		return err
 	}
+	defer d.startUsageMeter(ctx)() // sandbox_usage.go
 	if attached+lost > 0 {
 		log.Info("recovered sandboxes after restart", "reattached", attached, "lost", lost)
 	}
@@ -247,6 +263,7 @@ func (d *daemon) buildManager() error {
 		ncfg := network.Config{DNSUpstream: cfg.Network.DNSUpstream,
 			TLSIntercept: d.hooks.intercept,
 			TLSHandoff:   d.hooks.handoff,
+			Local:        d.serveLocal,
 			Govern:       flowGov,
 			OnDeny:       func(sb, target, reason string) { auditNetwork(audits, "network.deny", sb, target, reason) },
 			OnQuery: func(sb, name, qtype, decision string) {
@@ -271,6 +288,7 @@ func (d *daemon) buildManager() error {
 		OnEvent:    func(id string, ev backend.Event) { d.srv.SandboxEvent(id, ev) },
 		AfterStart: d.afterStart,
 		Probe:      func(id string) bool { return d.backends.probe(context.Background(), id) },
+		Usage:      d.usageHook(),
 	}
 	d.mgr = sandbox.New(mcfg, d.st, d.backends.built[cfg.Backend], tmpl, log)
 	for _, id := range backend.IDs() {
@@ -353,6 +371,7 @@ func (d *daemon) buildAPI() error {
 		Middleware:    d.mwReg,
 		Monitor:       d.mon,
 		Volumes:       d.vols,
+		Snapshots:     d.buildSnapshots(),
 	})
 	if err != nil {
 		return err
@@ -422,7 +441,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 		if err == nil {
 			var es *e2b.Server
 			es, err = e2b.New(e2b.Config{Manager: mgr, Auth: authn, Audit: d.audits, Logger: log.With("api", "e2b"),
-				TokenKey: tokenKey, Domain: cfg.E2BDomain, Govern: d.gov})
+				TokenKey: tokenKey, Domain: cfg.E2BDomain, Govern: d.gov, Snapshots: d.snaps})
 			if err == nil {
 				e2bLn, err = net.Listen("tcp", cfg.E2BListen)
 				if err != nil && cfg.E2BListen == config.DefaultE2BListen && errors.Is(err, syscall.EADDRINUSE) {

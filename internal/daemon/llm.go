@@ -33,7 +33,8 @@ func (d *daemon) buildLLM() error {
 	// Usage, prices and budgets set at run time persist in the database.
 	us, _ := d.st.(llmgw.UsageStore)
 	gw, err := llmgw.New(llmgw.Config{LLM: cfg.LLM, Auth: d.authn, Govern: d.gov, Audit: d.audits, Secrets: d.vault,
-		Client: dial.Client(), Log: d.log.With("subsystem", "llm"), Usage: us})
+		Client: dial.Client(), Log: d.log.With("subsystem", "llm"), Usage: us, Timeline: d.llmTimeline(),
+		AgentBudgets: d.agentLLMBudgets, OnUsage: d.llmRunUsage}) // hosted agents' budgets, runs' usage (agentroute.go)
 	if err != nil {
 		return err
 	}
@@ -53,4 +54,13 @@ func (d *daemon) withLLM(api http.Handler) http.Handler {
 		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// llmTimeline is where the gateway records prompts and responses: the
+// Agent Monitor, or nowhere when it is disabled.
+func (d *daemon) llmTimeline() llmgw.Timeline {
+	if d.mon == nil {
+		return nil
+	}
+	return d.mon
 }

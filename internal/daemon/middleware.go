@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/mw"
 	"github.com/warden-sandbox/warden/internal/network"
 	"github.com/warden-sandbox/warden/internal/network/safedial"
+	"github.com/warden-sandbox/warden/internal/secrets"
 )
 
 // MiddlewareFile is the file under the state directory that keeps the
@@ -48,14 +50,15 @@ func (d *daemon) buildMiddleware() (govern.Stage, error) {
 		}
 		m := mw.Middleware{Name: c.Name, Script: string(script), OnError: mw.OnError(c.OnError),
 			TimeoutMS: c.TimeoutMS, MaxMemoryMB: c.MaxMemoryMB, AllowedDomains: c.AllowedDomains,
-			Disabled: c.Disabled}
+			Secrets: c.Secrets, Disabled: c.Disabled}
 		for _, k := range c.Kinds {
 			m.Kinds = append(m.Kinds, govern.Kind(k))
 		}
 		mws = append(mws, m)
 	}
 	// Scripts run in a worker process (wardend mw-worker) with its own
-	// memory limit, so a runaway script cannot take wardend down.
+	// memory limit and CPU quota, so a runaway script cannot take wardend
+	// down nor a whole core.
 	var worker *mw.WorkerOptions
 	if mwWorkerCommand != nil {
 		argv, err := mwWorkerCommand()
@@ -64,9 +67,9 @@ func (d *daemon) buildMiddleware() (govern.Stage, error) {
 		}
 		worker = &mw.WorkerOptions{Command: argv, Deny: deny}
 	}
-	// Secrets are not served to middleware yet (no grant).
+	// Secrets: those granted to each middleware in the vault.
 	set, err := mw.New(mw.Options{Dial: safedial.Options{Dest: network.NewDestinationPolicy(deny)},
-		Log: d.log.With("subsystem", "middleware"), Worker: worker})
+		Log: d.log.With("subsystem", "middleware"), Worker: worker, Secrets: mwSecrets{d}})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
@@ -86,4 +89,34 @@ func (d *daemon) mwPost() func(context.Context, *govern.Action, []byte) ([]byte,
 		return nil
 	}
 	return d.mw.PostJSON
+}
+
+// closeMiddleware stops the middleware worker and removes its cgroup.
+func (d *daemon) closeMiddleware() {
+	if d.mw != nil {
+		d.mw.Close()
+	}
+}
+
+// mwSecrets serves middleware the secrets granted to them in the vault
+// (a grant with "middleware"). The vault is opened after the middleware are
+// built, before anything runs: it is read at call time.
+type mwSecrets struct{ d *daemon }
+
+func (m mwSecrets) MiddlewareSecret(_ context.Context, name, secret string) (string, []string, error) {
+	v := m.d.vault
+	if v == nil {
+		return "", nil, errors.New("this daemon has no secret store")
+	}
+	val, hosts, err := v.ForMiddleware(name, secret)
+	switch {
+	case errors.Is(err, secrets.ErrNotGranted):
+		return "", nil, fmt.Errorf("not granted to middleware %s (an admin grants one: warden secret grant SECRET-ID --middleware %s)", name, name)
+	case errors.Is(err, secrets.ErrRevoked):
+		return "", nil, errors.New("revoked")
+	case err != nil:
+		m.d.log.Warn("middleware secret unreadable", "middleware", name, "secret", secret, "err", err)
+		return "", nil, errors.New("cannot be read")
+	}
+	return string(val), hosts, nil
 }

@@ -17,7 +17,7 @@ func (d *daemon) monitorTap(w govern.AuditWriter) govern.AuditWriter {
 		return w
 	}
 	m, err := monitor.New(monitor.Config{Store: ms, Principals: d.st, Log: d.log.With("subsystem", "monitor"),
-		ContentRetention: cfg.ContentRetention, Retention: cfg.Retention})
+		ContentRetention: cfg.ContentRetention, Retention: cfg.Retention, NoLLMContent: cfg.NoLLMContent})
 	if err != nil {
 		d.log.Warn("agent monitor unavailable", "err", err)
 		return w

@@ -60,6 +60,9 @@ func (s *Server) routes() *http.ServeMux {
 		{"GET /sandboxes/{id}/metrics", "e2b.sandbox.metrics", auth.ScopeSandboxesRead, s.metrics},
 		{"POST /sandboxes/{id}/fork", "e2b.sandbox.fork", auth.ScopeSandboxesCreate, s.fork},
 		{"PUT /sandboxes/{id}/network", "e2b.network.update", auth.ScopeSandboxesCreate, s.setNetwork},
+		{"POST /sandboxes/{id}/snapshots", "e2b.snapshot.create", auth.ScopeSandboxesCreate, s.createSnapshot},
+		{"GET /snapshots", "e2b.snapshot.list", auth.ScopeSandboxesRead, s.listSnapshots},
+		{"DELETE /templates/{id}", "e2b.snapshot.delete", auth.ScopeSandboxesCreate, s.deleteTemplate},
 	} {
 		mux.Handle(r.pattern, s.serve(r.action, r.scope, r.h))
 	}
@@ -392,7 +395,10 @@ func (s *Server) create(w http.ResponseWriter, c *call) error {
 			c.detail["auto_pause_memory"] = false
 		}
 	}
-	tmpl := templateFor(*q.TemplateID)
+	tmpl, err := s.snapshotTemplate(c, *q.TemplateID) // snapshots.go
+	if err != nil {
+		return err
+	}
 	c.detail["template"] = tmpl
 	if *q.TemplateID != tmpl {
 		c.detail["e2b_template"] = *q.TemplateID

@@ -40,6 +40,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
+	"github.com/warden-sandbox/warden/internal/snapshot"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -72,6 +73,9 @@ type Config struct {
 	// Govern decides every action (docs/governance.md); nil lets every
 	// action through undecided (tests that do not govern).
 	Govern *govern.Engine
+	// Snapshots keeps filesystem snapshots (snapshots.go); nil: the
+	// snapshot routes answer 503 and templateID names no snapshot.
+	Snapshots *snapshot.Service
 }
 
 // Server is the E2B-compatible handler.

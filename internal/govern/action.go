@@ -36,6 +36,7 @@ const (
 	KindLLMCall         Kind = "llm.call"
 	KindMemoryWrite     Kind = "memory.write"
 	KindAgentTool       Kind = "agent.tool"
+	KindSnapshot        Kind = "snapshot.change"
 )
 
 // Surfaces: the door an action came through.
@@ -84,6 +85,7 @@ var kindTable = []kindSpec{
 	{KindLLMCall, "llm", reflect.TypeFor[LLMCall](), func(a *Action) any { return orZero(a.LLM) }},
 	{KindMemoryWrite, "memory", reflect.TypeFor[MemoryWrite](), func(a *Action) any { return orZero(a.Memory) }},
 	{KindAgentTool, "agent_tool", reflect.TypeFor[AgentTool](), func(a *Action) any { return orZero(a.AgentTool) }},
+	{KindSnapshot, "snapshot", reflect.TypeFor[Snapshot](), func(a *Action) any { return orZero(a.Snapshot) }},
 }
 
 // kinds indexes kindTable.
@@ -150,6 +152,7 @@ type Action struct {
 	LLM       *LLMCall         `json:"llm,omitempty"`
 	Memory    *MemoryWrite     `json:"memory,omitempty"`
 	AgentTool *AgentTool       `json:"agent_tool,omitempty"`
+	Snapshot  *Snapshot        `json:"snapshot,omitempty"`
 
 	// Payload is content the guard stage screens that is no attribute (a
 	// file write's body, an exec's environment values); never recorded.
@@ -320,6 +323,16 @@ type Template struct {
 	Name   string `json:"name"`
 	Op     string `json:"op"`               // build or import
 	Source string `json:"source,omitempty"` // the image reference or context
+}
+
+// Snapshot are the attributes of snapshot.change (CEL: snapshot): a
+// filesystem snapshot made of a sandbox (create; the sandbox is the
+// action's), removed (delete) or promoted to a template (promote, with the
+// template's name).
+type Snapshot struct {
+	Op       string `json:"op"` // create, delete or promote
+	Name     string `json:"name"`
+	Template string `json:"template,omitempty"` // promote: the template's name
 }
 
 // KeyChange are the attributes of key.change (CEL: key).

@@ -56,6 +56,17 @@ const (
 // (memory.write; mask stores it masked).
 const GuardTargetMemory = "memory.write"
 
+// LLM gateway targets (docs/llm.md): llm.prompt screens an llm.call's
+// request body (the messages, input, system prompt and tool definitions
+// the provider would see; mask rewrites it, the JSON staying valid) before
+// the call; llm.response screens the provider's answer after it
+// (Engine.Screen): a whole answer can be blocked or masked, a stream only
+// screened at its end and its findings recorded.
+const (
+	GuardTargetLLMPrompt   = "llm.prompt"
+	GuardTargetLLMResponse = "llm.response"
+)
+
 // Guard detectors.
 const (
 	DetectorSecrets   = secrets.ID // "secrets"
@@ -70,7 +81,8 @@ const (
 const MaxGuardBody = 8 << 20
 
 var (
-	guardTargets   = []string{GuardTargetExec, GuardTargetFileWrite, GuardTargetCodeRun, GuardTargetMCPCall, GuardTargetMCPResult, GuardTargetMemory}
+	guardTargets = []string{GuardTargetExec, GuardTargetFileWrite, GuardTargetCodeRun, GuardTargetMCPCall, GuardTargetMCPResult, GuardTargetMemory,
+		GuardTargetLLMPrompt, GuardTargetLLMResponse}
 	guardDetectors = []string{DetectorSecrets, DetectorPII, DetectorInjection}
 )
 
@@ -133,7 +145,7 @@ func (g *Guard) validate(errs []string) []string {
 	}
 	for _, t := range g.Targets {
 		if !slices.Contains(guardTargets, t) {
-			errs = append(errs, fmt.Sprintf("guard: unknown target %q: want exec, file.write, code.run, mcp.call, mcp.result or memory.write", t))
+			errs = append(errs, fmt.Sprintf("guard: unknown target %q: want exec, file.write, code.run, mcp.call, mcp.result, memory.write, llm.prompt or llm.response", t))
 		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(g.Thresholds)) {
@@ -156,6 +168,9 @@ func (g *Guard) validate(errs []string) []string {
 	case GuardApproval:
 		if slices.Contains(g.Targets, GuardTargetMCPResult) {
 			errs = append(errs, "guard: action require_approval cannot apply to mcp.result (a result cannot wait); use block")
+		}
+		if slices.Contains(g.Targets, GuardTargetLLMResponse) {
+			errs = append(errs, "guard: action require_approval cannot apply to llm.response (a response cannot wait); use block")
 		}
 	default:
 		errs = append(errs, fmt.Sprintf("guard: action %q: want block, mask, flag or require_approval", g.Action))
@@ -259,6 +274,8 @@ func guardTarget(k Kind) string {
 		return GuardTargetMCPCall
 	case KindMemoryWrite:
 		return GuardTargetMemory
+	case KindLLMCall:
+		return GuardTargetLLMPrompt
 	}
 	return ""
 }
@@ -275,7 +292,14 @@ func (e *Engine) Guards(k Kind) bool {
 	if len(gs[t]) > 0 {
 		return true
 	}
-	return k == KindMCPCall && len(gs[GuardTargetMCPResult]) > 0
+	return (k == KindMCPCall && len(gs[GuardTargetMCPResult]) > 0) || (k == KindLLMCall && len(gs[GuardTargetLLMResponse]) > 0)
+}
+
+// GuardsTarget reports whether some policy's guard screens target (a
+// GuardTarget* constant), so a door knows whether to collect the content
+// (an LLM stream's text) at all.
+func (e *Engine) GuardsTarget(target string) bool {
+	return len(e.rules.Load().guards[target]) > 0
 }
 
 // piece is one part of the content screened.
@@ -311,6 +335,10 @@ func (e *Engine) guardStage(_ context.Context, a *Action) (Decision, error) {
 		if a.Code != nil {
 			pieces = append(pieces, piece{where: "code", data: a.Code.Code})
 		}
+	case GuardTargetLLMPrompt:
+		if a.Payload != nil && len(a.Payload.Body) > 0 {
+			pieces = append(pieces, piece{where: "prompt", data: string(a.Payload.Body), json: true})
+		}
 	case GuardTargetFileWrite, GuardTargetMemory:
 		if a.Payload != nil && len(a.Payload.Body) > 0 {
 			pieces = append(pieces, piece{where: "body", data: string(a.Payload.Body)})
@@ -344,20 +372,26 @@ func (e *Engine) guardStage(_ context.Context, a *Action) (Decision, error) {
 // Screen is the guard's post-call hook: it screens a result (the JSON
 // result of an mcp.call's tools/call, given the action the call was
 // decided as) with the guards of the policies applying to the action
-// that screen mcp.result. It returns the decision (deny: block; log_only:
+// that screen mcp.result; for an llm.call, the provider's response (its
+// JSON body, or a stream's text) with those that screen llm.response. It returns the decision (deny: block; log_only:
 // flag; allow, with masked set, for mask) and the masked result, nil when
 // the result passes unchanged. Without such a guard it scans nothing.
 func (e *Engine) Screen(_ context.Context, a *Action, result []byte) (Decision, []byte, error) {
-	if a.Kind != KindMCPCall {
-		return Decision{Outcome: Deny, Stage: "guard", Message: "guard: only mcp.call results are screened"},
+	target, where := GuardTargetMCPResult, "result"
+	switch a.Kind {
+	case KindMCPCall:
+	case KindLLMCall:
+		target, where = GuardTargetLLMResponse, "response"
+	default:
+		return Decision{Outcome: Deny, Stage: "guard", Message: "guard: only mcp.call and llm.call results are screened"},
 			nil, fmt.Errorf("screen %q: %w", a.Kind, ErrUnknownKind)
 	}
-	gs := e.rules.Load().guards[GuardTargetMCPResult]
+	gs := e.rules.Load().guards[target]
 	if len(gs) == 0 || len(result) == 0 {
 		return Decision{Outcome: Allow, Stage: "guard"}, nil, nil
 	}
-	p := piece{where: "result", data: string(result), json: json.Valid(result)}
-	d, masked := screen(a, GuardTargetMCPResult, gs, []piece{p}, false)
+	p := piece{where: where, data: string(result), json: json.Valid(result)}
+	d, masked := screen(a, target, gs, []piece{p}, false)
 	d.Stage = "guard"
 	if d.Outcome == RequireApproval { // validated away; refuse if it happens
 		d.Outcome = Deny

@@ -343,9 +343,15 @@ func unescape(raw string, base int, hexEsc bool) (string, []int32, bool) {
 	for i := 0; i < len(raw); {
 		c := raw[i]
 		if c != '\\' || i+1 == len(raw) {
-			b = append(b, c)
-			off = append(off, int32(base+i))
-			i++
+			// Copy the run up to the next backslash at once.
+			j := len(raw)
+			if k := strings.IndexByte(raw[i+1:], '\\'); k >= 0 {
+				j = i + 1 + k
+			}
+			b = append(b, raw[i:j]...)
+			for ; i < j; i++ {
+				off = append(off, int32(base+i))
+			}
 			continue
 		}
 		start := i

@@ -78,6 +78,16 @@ type Config struct {
 	// Usage persists usage and the price table and budgets edited at run
 	// time (*sqlite.Store); nil keeps them in memory.
 	Usage UsageStore
+	// Timeline takes the prompts and responses for the Agent Monitor
+	// (content.go); nil records none.
+	Timeline Timeline
+	// AgentBudgets returns more budgets for calls with an agent label:
+	// those a hosted agent's spec sets (internal/agents, llm_budget).
+	// Nil: none.
+	AgentBudgets func(ctx context.Context, agent string) ([]config.LLMBudget, error)
+	// OnUsage is told each settled call's usage with the caller's
+	// identity (a hosted-agent run's key counts it for the run). Nil: none.
+	OnUsage func(ctx context.Context, ident auth.Identity, u store.LLMUsage)
 }
 
 // Gateway serves the LLM endpoints. Safe for concurrent use.
@@ -271,6 +281,12 @@ type call struct {
 	priced  bool
 	usage   usage
 	outcome string
+	// more are the guard's decisions on the response (content.go).
+	more []govern.Decided
+	// prompt is the body sent upstream, for the timeline; text the
+	// stream's text when collected.
+	prompt []byte
+	text   *streamText
 }
 
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -350,7 +366,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Principal:  govern.Principal{ID: p.ID, Kind: p.Kind, Owner: p.CreatedBy},
 		Credential: &govern.Checked{Identity: ident},
 		LLM: &govern.LLMCall{Provider: prov.Name, API: ep[0], Model: model, Upstream: upstream, Stream: stream,
-			Tools: toolNames(req["tools"]), MaxTokens: maxTokens(req)}}
+			Tools: toolNames(req["tools"]), MaxTokens: maxTokens(req)},
+		Payload: promptPayload(body)}
 	c.detail = map[string]any{"provider": prov.Name, "api": ep[0], "model": model, "upstream_model": upstream, "stream": stream}
 	if agent != "" {
 		c.detail["agent"] = agent
@@ -384,6 +401,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.refuse(w, r, c, http.StatusForbidden, "permission_error", msg)
 			return
 		}
+		if d.Masked != nil { // a guard masked the prompt (content.go)
+			var mreq map[string]json.RawMessage
+			if err := json.Unmarshal(d.Masked, &mreq); err != nil {
+				g.refuse(w, r, c, http.StatusForbidden, "permission_error", "the masked prompt is not a JSON object, so it is refused")
+				return
+			}
+			body, req = d.Masked, mreq
+			c.detail["prompt_masked"] = true
+		}
 	} else {
 		c.dec = govern.Decision{Outcome: govern.Allow}
 	}
@@ -396,7 +422,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		estOut = g.cfg.LLM.ReserveTokens
 	}
 	estIn := int64(len(body) / 4)
-	res, b, why, err := g.meter.reserve(r.Context(), set.budgets, p.ID, agent, g.cfg.Now(), spend{estIn + estOut, c.price.cost(estIn, estOut)})
+	budgets := set.budgets
+	var berr error
+	if g.cfg.AgentBudgets != nil && agent != "" {
+		var more []config.LLMBudget
+		if more, berr = g.cfg.AgentBudgets(r.Context(), agent); len(more) > 0 {
+			budgets = append(slices.Clone(budgets), more...)
+		}
+	}
+	res, b, why, err := g.meter.reserve(r.Context(), budgets, p.ID, agent, g.cfg.Now(), spend{estIn + estOut, c.price.cost(estIn, estOut)})
+	err = cmp.Or(berr, err)
 	if err != nil {
 		g.log.Error("llm gateway: budgets", "err", err)
 		c.outcome, c.detail["error"] = govern.AuditError, "cannot check budgets now"
@@ -432,6 +467,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, kind, http.StatusBadRequest, "invalid_request_error", "cannot encode the request")
 		return
+	}
+	if g.cfg.Timeline != nil {
+		c.prompt = out
 	}
 	key, err := g.providerKey(prov)
 	if err != nil {
@@ -474,6 +512,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer resp.Body.Close()
 	c.detail["status"] = resp.StatusCode
+	var respContent string // the answer, for the timeline
 	if resp.StatusCode >= 400 {
 		c.outcome = govern.AuditError
 	}
@@ -485,9 +524,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		w.Header().Set("Cache-Control", "no-cache")
 		w.WriteHeader(resp.StatusCode)
+		if g.collectsStream() {
+			c.text = &streamText{}
+		}
 		if err := g.relayStream(w, resp.Body, c, stripUsage); err != nil {
 			c.detail["error"] = "stream ended: " + scrub(err.Error(), key)
 			c.outcome = govern.AuditError
+		}
+		g.screenStream(r.Context(), c)
+		if c.text != nil {
+			respContent = c.text.String()
 		}
 	} else {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
@@ -504,11 +550,23 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.usage.merge(*env.Usage)
 		}
 		b = bytes.ReplaceAll(b, key, []byte("[redacted]"))
+		if resp.StatusCode < 300 {
+			var msg string
+			if b, msg = g.screenResponse(r.Context(), c, b); msg != "" {
+				c.outcome, c.detail["reason"] = govern.AuditDenied, msg
+				writeError(w, kind, http.StatusForbidden, "permission_error", msg)
+				g.settle(r.Context(), c) // the provider was paid
+				g.record(c, "")
+				return
+			}
+			respContent = string(b)
+		}
 		w.Header().Del("Content-Length")
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(b)
 	}
 	g.settle(r.Context(), c)
+	g.record(c, respContent)
 }
 
 // refuse answers a call the gateway refuses and audits it.
@@ -532,6 +590,9 @@ func (g *Gateway) settle(ctx context.Context, c *call) {
 		g.log.Error("llm gateway: record usage", "principal", u.PrincipalID, "err", err)
 		c.detail["usage_error"] = "the usage was not recorded"
 	}
+	if g.cfg.OnUsage != nil {
+		g.cfg.OnUsage(ctx, c.ident, u)
+	}
 	c.detail["tokens_in"], c.detail["tokens_out"], c.detail["cost_micros"] = in, out, cost
 	g.observe(c, in, out, cost)
 	if !c.priced {
@@ -545,7 +606,7 @@ func (g *Gateway) audit(ctx context.Context, c *call) {
 	g.countCall(c)
 	ev := govern.AuditEvent{RequestID: c.action.RequestID, Principal: c.ident.Principal.ID, Name: string(govern.KindLLMCall),
 		Target: "llm:" + c.prov.Name + "/" + c.model, Outcome: c.outcome, Detail: c.detail,
-		Governed: []govern.Decided{{Action: c.action, Decision: c.dec}}}
+		Governed: append([]govern.Decided{{Action: c.action, Decision: c.dec}}, c.more...)}
 	_ = g.cfg.Audit.Write(ctx, ev)
 }
 
@@ -592,8 +653,12 @@ func (g *Gateway) relayStream(w http.ResponseWriter, body io.Reader, c *call, st
 		if len(line) > 0 {
 			trim := bytes.TrimRight(line, "\r\n")
 			if data, ok := bytes.CutPrefix(trim, []byte("data:")); ok {
-				if c.usage.fromEvent(bytes.TrimSpace(data)) && stripUsage {
+				data = bytes.TrimSpace(data)
+				if c.usage.fromEvent(data) && stripUsage {
 					drop = true
+				}
+				if c.text != nil {
+					c.text.add(data)
 				}
 			}
 			event = append(event, line...)

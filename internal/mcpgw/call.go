@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strconv"
 	"time"
@@ -98,6 +99,13 @@ func (g *Gateway) call(ctx context.Context, vs *vserver, name string, req *mcp.C
 				detail["result_bytes"] = len(b)
 			}
 			detail["is_error"] = res.IsError
+			if len(res.InputRequests) > 0 {
+				// The upstream asks the client first (relay.go).
+				detail["input_requests"] = len(res.InputRequests)
+			}
+		}
+		if len(req.Params.InputResponses) > 0 {
+			detail["input_responses"] = len(req.Params.InputResponses)
 		}
 		if err != nil {
 			detail["error"] = err.Error()
@@ -270,7 +278,10 @@ func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *e
 	if err != nil {
 		return nil, err
 	}
-	params := &mcp.CallToolParams{Name: t.upstream, Arguments: fwd}
+	// A retry after an input-required result carries the client's
+	// answers and the upstream's state back (relay.go).
+	params := &mcp.CallToolParams{Name: t.upstream, Arguments: fwd, InputResponses: req.Params.InputResponses,
+		RequestState: req.Params.RequestState}
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		gt := "wgp-" + strconv.FormatUint(g.nextTok.Add(1), 10)
 		g.mu.Lock()
@@ -286,6 +297,12 @@ func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *e
 	var res *mcp.CallToolResult
 	err = g.withSession(ctx, conn, vs.principal, b, false, func(cs *mcp.ClientSession) error {
 		var err error
+		if m := upstreamMeta(ctx, conn, cs); m != nil {
+			if params.Meta == nil {
+				params.Meta = mcp.Meta{}
+			}
+			maps.Copy(params.Meta, m)
+		}
 		res, err = cs.CallTool(ctx, params)
 		return err
 	})

@@ -129,6 +129,7 @@ type Gateway struct {
 	oauthOnce sync.Once
 	oa        *oauthState // OAuth flows and refresh locks (oauth.go)
 	hot       hotCache    // the hot path's store reads (hotcache.go)
+	relays    relayState  // client sessions' own upstream sessions (relay.go)
 }
 
 // New returns a gateway.

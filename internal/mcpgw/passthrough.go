@@ -128,12 +128,13 @@ type extras struct {
 	// The upstreams whose prompts or resources are served offer these.
 	completions map[string]bool // connector -> offers completion/complete
 	subscribe   map[string]bool // connector -> offers resources/subscribe
+	logging     map[string]bool // connector -> offers logging (for its tools too)
 }
 
 func newExtras() *extras {
 	return &extras{prompts: map[string]*exposedPrompt{}, resources: map[string]*exposedResource{},
 		templates: map[string]*exposedResource{}, collided: map[string]bool{},
-		completions: map[string]bool{}, subscribe: map[string]bool{}}
+		completions: map[string]bool{}, subscribe: map[string]bool{}, logging: map[string]bool{}}
 }
 
 func fingerprint(connector string, v any) string {
@@ -146,6 +147,9 @@ func fingerprint(connector string, v any) string {
 func (ex *extras) add(log *slog.Logger, serverID, connector, prefix string, c *catalog) {
 	if c == nil || c.caps == nil {
 		return
+	}
+	if c.caps.Logging != nil {
+		ex.logging[connector] = true
 	}
 	offered := false
 	for _, p := range c.prompts {
@@ -305,9 +309,13 @@ func (vs *vserver) trimCapabilities(next mcp.MethodHandler) mcp.MethodHandler {
 		if caps != nil {
 			vs.mu.Lock()
 			completions, subscribe := len(vs.extras.completions) > 0, len(vs.extras.subscribe) > 0
+			logging := len(vs.extras.logging) > 0
 			vs.mu.Unlock()
 			if !completions {
 				caps.Completions = nil
+			}
+			if !logging {
+				caps.Logging = nil
 			}
 			if caps.Resources != nil && !subscribe {
 				r := *caps.Resources
@@ -321,7 +329,7 @@ func (vs *vserver) trimCapabilities(next mcp.MethodHandler) mcp.MethodHandler {
 
 // upstreamDo runs fn with the principal's upstream session of a
 // connector, under the connector's call deadline.
-func (g *Gateway) upstreamDo(ctx context.Context, vs *vserver, connectorID string, fn func(context.Context, *mcp.ClientSession) error) error {
+func (g *Gateway) upstreamDo(ctx context.Context, vs *vserver, connectorID string, fn func(context.Context, store.MCPConnector, *mcp.ClientSession) error) error {
 	conn, err := g.connector(ctx, connectorID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -339,7 +347,7 @@ func (g *Gateway) upstreamDo(ctx context.Context, vs *vserver, connectorID strin
 	if err != nil {
 		return err
 	}
-	err = g.withSession(ctx, conn, vs.principal, b, true, func(cs *mcp.ClientSession) error { return fn(ctx, cs) })
+	err = g.withSession(ctx, conn, vs.principal, b, true, func(cs *mcp.ClientSession) error { return fn(ctx, conn, cs) })
 	if err != nil && ctx.Err() == context.DeadlineExceeded {
 		return fmt.Errorf("no answer within %s", timeout)
 	}
@@ -408,9 +416,10 @@ func (vs *vserver) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*m
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown prompt %q", req.Params.Name)}
 	}
 	var res *mcp.GetPromptResult
-	err := g.upstreamDo(ctx, vs, p.connector, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := g.upstreamDo(ctx, vs, p.connector, func(ctx context.Context, conn store.MCPConnector, cs *mcp.ClientSession) error {
 		var err error
-		res, err = cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: p.upstream, Arguments: req.Params.Arguments})
+		res, err = cs.GetPrompt(ctx, &mcp.GetPromptParams{Meta: upstreamMeta(ctx, conn, cs), Name: p.upstream,
+			Arguments: req.Params.Arguments, InputResponses: req.Params.InputResponses, RequestState: req.Params.RequestState})
 		return err
 	})
 	if err == nil {
@@ -434,9 +443,10 @@ func (vs *vserver) readResource(ctx context.Context, req *mcp.ReadResourceReques
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	var res *mcp.ReadResourceResult
-	err := g.upstreamDo(ctx, vs, r.connector, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := g.upstreamDo(ctx, vs, r.connector, func(ctx context.Context, conn store.MCPConnector, cs *mcp.ClientSession) error {
 		var err error
-		res, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		res, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{Meta: upstreamMeta(ctx, conn, cs), URI: uri,
+			InputResponses: req.Params.InputResponses, RequestState: req.Params.RequestState})
 		return err
 	})
 	if err == nil {
@@ -483,7 +493,7 @@ func (vs *vserver) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp
 		return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}, nil
 	}
 	var res *mcp.CompleteResult
-	err := vs.g.upstreamDo(ctx, vs, connector, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := vs.g.upstreamDo(ctx, vs, connector, func(ctx context.Context, conn store.MCPConnector, cs *mcp.ClientSession) error {
 		var err error
 		res, err = cs.Complete(ctx, &out)
 		return err
@@ -509,7 +519,7 @@ func (vs *vserver) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 	if !offers {
 		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the resource's upstream does not offer subscriptions"}
 	}
-	err := vs.g.upstreamDo(ctx, vs, r.connector, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := vs.g.upstreamDo(ctx, vs, r.connector, func(ctx context.Context, conn store.MCPConnector, cs *mcp.ClientSession) error {
 		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: req.Params.URI})
 	})
 	if err != nil {

@@ -213,7 +213,7 @@ func TestPassthroughOneConnector(t *testing.T) {
 				t.Fatalf("%d mcp.prompt_get events, want 1", n)
 			}
 			if era == "" {
-				return // the stateless era subscribes with subscriptions/listen: not forwarded yet
+				return // the stateless era subscribes with subscriptions/listen: TestGatewayStatelessSubscribe
 			}
 			if err := cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "file:///shared.txt"}); err != nil {
 				t.Fatal(err)

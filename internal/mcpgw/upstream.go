@@ -147,6 +147,7 @@ func (g *Gateway) upstreamCatalog(ctx context.Context, conn store.MCPConnector, 
 		return c, nil
 	}
 	var nc *catalog
+	ctx = withoutLink(ctx) // lists are read on the shared session
 	err = g.withSession(ctx, conn, principal, b, true, func(cs *mcp.ClientSession) error {
 		nc = &catalog{readAt: now, version: conn.UpdatedAt}
 		for t, err := range cs.Tools(ctx, nil) {
@@ -199,6 +200,10 @@ func (g *Gateway) withSession(ctx context.Context, conn store.MCPConnector, prin
 // is released: another call reopens or drops it).
 func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principal string, b binding) (*upstreamSession, *mcp.ClientSession, error) {
 	key := conn.ID + "\x00" + b.key
+	l := sessionLink(ctx, conn) // a client's own relay session (relay.go)
+	if l != nil {
+		key += l.relayKey()
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -226,7 +231,13 @@ func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principa
 	if err != nil {
 		return nil, nil, err
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "warden-mcp-gateway", Version: version.Version}, &mcp.ClientOptions{
+	tapped := false
+	if l != nil {
+		if t := tapTransport(tr, l); t != nil {
+			tr, tapped = t, true
+		}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "warden-mcp-gateway", Version: version.Version}, g.clientOptions(conn, l, tapped, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			// Re-read the list; the approved set decides what clients see.
 			g.markStale(conn.ID)
@@ -245,12 +256,29 @@ func (g *Gateway) session(ctx context.Context, conn store.MCPConnector, principa
 			// waiting on this session while it holds its lock.
 			go g.forwardResourceUpdated(context.WithoutCancel(ctx), conn.ID, req.Params)
 		},
-	})
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+	}))
+	// Not the client request's context: the go-sdk server put the
+	// client's protocol version in it, which the go-sdk client would send
+	// as its own (a stateless client's would make a session-era upstream
+	// refuse the gateway's initialize).
+	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	cs, err := client.Connect(cctx, tr, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to connector %s: %w", conn.ID, err)
+	}
+	if l != nil {
+		if !l.adopt(s) {
+			// The client session ended meanwhile.
+			cs.Close()
+			g.mu.Lock()
+			if g.sessions[key] == s {
+				delete(g.sessions, key)
+			}
+			g.mu.Unlock()
+			return nil, nil, errors.New("the client session ended")
+		}
+		l.applyLevel(cctx, cs)
 	}
 	s.cs = cs
 	done := make(chan struct{})

@@ -61,13 +61,17 @@ func (g *Gateway) virtualServer(ctx context.Context, id string, ident auth.Ident
 	if vs == nil {
 		vs = &vserver{g: g, id: id, principal: ident.Principal.ID, tools: map[string]*exposedTool{}, extras: newExtras()}
 		vs.srv = mcp.NewServer(&mcp.Implementation{Name: "warden-mcp/" + id, Version: version.Version},
-			&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+			&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
+				Logging: &mcp.LoggingCapabilities{}},
 				CompletionHandler:  vs.complete,
 				SubscribeHandler:   vs.subscribe,
 				UnsubscribeHandler: vs.unsubscribe})
 		// Prompts, resources, completions and subscriptions are advertised
 		// only as far as the upstreams offer them.
 		vs.srv.AddReceivingMiddleware(vs.trimCapabilities)
+		// Log messages, sampling and elicitation reach the client session
+		// they are for (relay.go).
+		vs.srv.AddReceivingMiddleware(vs.relayMiddleware)
 		g.vservers[key] = vs
 	}
 	g.mu.Unlock()

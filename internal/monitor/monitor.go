@@ -77,6 +77,9 @@ type Config struct {
 	// written (DefaultBuffer when 0).
 	Buffer int
 	Now    func() time.Time
+	// NoLLMContent keeps only the digest of the LLM gateway's prompts and
+	// responses, not their text (llm.go).
+	NoLLMContent bool
 }
 
 // Monitor records and serves the timeline. Safe for concurrent use.
@@ -88,6 +91,9 @@ type Monitor struct {
 
 	in      chan store.AuditEvent
 	dropped atomic.Uint64
+	// llm takes the LLM gateway's prompt and response events (llm.go).
+	llm   chan store.MonitorEvent
+	llmWG sync.WaitGroup
 
 	kindMu sync.Mutex
 	agent  map[string]bool // principal id -> is an agent
@@ -125,6 +131,7 @@ func New(cfg Config) (*Monitor, error) {
 		in: make(chan store.AuditEvent, cfg.Buffer), agent: map[string]bool{},
 		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go m.run()
+	m.startLLM()
 	return m, nil
 }
 
@@ -132,6 +139,7 @@ func New(cfg Config) (*Monitor, error) {
 func (m *Monitor) Close() {
 	m.once.Do(func() { close(m.stop) })
 	<-m.done
+	m.llmWG.Wait()
 }
 
 // Dropped is the number of tapped audit events left off the timeline

@@ -18,10 +18,14 @@
 // runs out of time or memory, returns no verdict) gets its onError outcome:
 // "closed" (the default) refuses the action, "open" lets it through.
 //
-// The memory watchdog is in-process: it bounds a runaway script, but the
-// heap it samples is the process's, so concurrent work counts toward it
-// and a single allocation larger than the headroom is not prevented. The
-// design's separate worker process with its own cgroup is not built yet.
+// The memory watchdog samples the heap of the process it runs in, so
+// concurrent calls count toward it and a single allocation larger than the
+// headroom is not prevented. wardend therefore runs scripts in a worker
+// process (worker.go) with RLIMIT_DATA and a cgroup CPU quota of its own;
+// a runaway that kills it does not fail the other calls in flight there.
+// secrets.NAME reads the secrets an administrator granted to the
+// middleware (Options.Secrets); their values are redacted from what a call
+// reports.
 package mw
 
 import (

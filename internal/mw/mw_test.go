@@ -269,12 +269,12 @@ func TestMiddlewareFetch(t *testing.T) {
 
 type secretsMap map[string]string
 
-func (m secretsMap) Secret(_ context.Context, name string) (string, error) {
+func (m secretsMap) MiddlewareSecret(_ context.Context, _, name string) (string, []string, error) {
 	v, ok := m[name]
 	if !ok {
-		return "", errors.New("no such secret")
+		return "", nil, errors.New("no such secret")
 	}
-	return v, nil
+	return v, nil, nil
 }
 
 func TestMiddlewareStageModifyAndBlock(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,12 +19,31 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/network/safedial"
+	"github.com/warden-sandbox/warden/internal/secrets"
 )
 
-// Secrets reads granted secrets by name for scripts; values are never
+// Secrets serves the secrets granted to middleware; values are never
 // logged or recorded.
 type Secrets interface {
-	Secret(ctx context.Context, name string) (string, error)
+	// MiddlewareSecret returns the value of the secret called name that is
+	// granted to middleware mw, and the hosts a fetch may send it to (none:
+	// any of the middleware's allowed domains). Its errors never hold a
+	// value.
+	MiddlewareSecret(ctx context.Context, mw, name string) (value string, hosts []string, err error)
+}
+
+// secretLookup resolves one secret a script reads (see Secrets).
+type secretLookup func(name string) (value string, hosts []string, err error)
+
+// lookupFor is the secret lookup of middleware c for one call: through
+// the Set's Secrets.
+func (s *Set) lookupFor(ctx context.Context, c *compiled) secretLookup {
+	return func(name string) (string, []string, error) {
+		if s.opts.Secrets == nil {
+			return "", nil, errors.New("this daemon has no secret store")
+		}
+		return s.opts.Secrets.MiddlewareSecret(ctx, c.Name, name)
+	}
 }
 
 // Options configures a Set.
@@ -111,7 +131,7 @@ func (s *Set) Pre(ctx context.Context, a *govern.Action) (verdicts []Verdict, bl
 		if !c.runsFor(a.Kind) {
 			continue
 		}
-		v := s.call(ctx, c, "pre", a, nil)
+		v := s.call(ctx, c, "pre", a, nil, false)
 		if v.Action == "modify" {
 			if err := applyPre(a, v.Modified); err != nil {
 				v = failed(c, v, fmt.Errorf("apply modify: %w", err))
@@ -135,7 +155,7 @@ func (s *Set) Post(ctx context.Context, a *govern.Action, result any) (out any, 
 		if !c.runsFor(a.Kind) {
 			continue
 		}
-		v := s.call(ctx, c, "post", a, out)
+		v := s.call(ctx, c, "post", a, out, false)
 		if v.Action == "modify" {
 			var r any
 			if err := json.Unmarshal(v.Modified, &r); err != nil {
@@ -162,7 +182,8 @@ func (s *Set) Test(ctx context.Context, m Middleware, phase string, a *govern.Ac
 	if phase != "pre" && phase != "post" {
 		return Verdict{}, fmt.Errorf("%w: phase %q is not pre or post", ErrInvalid, phase)
 	}
-	return s.call(ctx, c, phase, a, result), nil
+	v := s.call(ctx, c, phase, a, result, true)
+	return v, nil
 }
 
 func failed(c *compiled, v Verdict, err error) Verdict {
@@ -216,21 +237,33 @@ var (
 )
 
 // call runs one hook: in the worker process when the Set has one
-// (worker.go), else here.
-func (s *Set) call(ctx context.Context, c *compiled, phase string, a *govern.Action, result any) Verdict {
+// (worker.go), else here. test (a dry run the API shows) also redacts the
+// secrets the script read from the modify value.
+func (s *Set) call(ctx context.Context, c *compiled, phase string, a *govern.Action, result any, test bool) Verdict {
 	if s.worker != nil {
-		return s.worker.call(ctx, c, phase, a, result)
+		return s.worker.call(ctx, c, phase, a, result, s.resolveSecrets(ctx, c), test)
 	}
-	return s.callHere(ctx, c, phase, a, result)
+	return s.callHere(ctx, c, phase, a, result, s.lookupFor(ctx, c), test)
 }
 
 // callHere runs one hook in a fresh runtime of this process under the
-// limits.
-func (s *Set) callHere(ctx context.Context, c *compiled, phase string, a *govern.Action, result any) (v Verdict) {
+// limits. The values of the secrets the script read never appear in the
+// verdict's message or error (nor, with redactModify, in its modify
+// value), nor in the log.
+func (s *Set) callHere(ctx context.Context, c *compiled, phase string, a *govern.Action, result any, lookup secretLookup, redactModify bool) (v Verdict) {
 	start := time.Now()
 	v = Verdict{Middleware: c.Name}
-	defer func() { v.Elapsed = time.Since(start) }()
+	sec := &secretObj{c: c, lookup: lookup, read: map[string]secretRead{}}
+	defer func() {
+		v.Elapsed = time.Since(start)
+		v.Message = sec.redact(v.Message)
+		v.Error = sec.redact(v.Error)
+		if redactModify && len(v.Modified) > 0 {
+			v.Modified = json.RawMessage(sec.redactJSON(string(v.Modified)))
+		}
+	}()
 	fail := func(err error) Verdict {
+		err = errors.New(sec.redact(err.Error()))
 		s.log.Warn("middleware failed", "middleware", c.Name, "phase", phase, "kind", a.Kind,
 			"on_error", c.OnError, "err", err)
 		return failed(c, v, err)
@@ -282,7 +315,7 @@ func (s *Set) callHere(ctx context.Context, c *compiled, phase string, a *govern
 	go watchMemory(done, c.maxMemory(), func() { interrupt(errMemory) })
 
 	runErr := func() error {
-		if err := s.setupGlobals(cctx, vm, c); err != nil {
+		if err := s.setupGlobals(cctx, vm, c, sec); err != nil {
 			return err
 		}
 		if _, err := vm.RunProgram(c.prog); err != nil {
@@ -412,14 +445,14 @@ func (s *Set) verdict(vm *goja.Runtime, phase string, ret goja.Value, v *Verdict
 }
 
 // setupGlobals installs fetch, secrets and console.
-func (s *Set) setupGlobals(ctx context.Context, vm *goja.Runtime, c *compiled) error {
+func (s *Set) setupGlobals(ctx context.Context, vm *goja.Runtime, c *compiled, sec *secretObj) error {
 	fetches := 0
 	fetch := func(call goja.FunctionCall) goja.Value {
 		fetches++
 		if fetches > MaxFetches {
 			panic(vm.NewGoError(fmt.Errorf("fetch refused: at most %d fetches per call", MaxFetches)))
 		}
-		res, err := s.fetch(ctx, c, call.Argument(0).String(), call.Argument(1), vm)
+		res, err := s.fetch(ctx, c, call.Argument(0).String(), call.Argument(1), vm, sec)
 		if err != nil {
 			panic(vm.NewGoError(err))
 		}
@@ -428,7 +461,8 @@ func (s *Set) setupGlobals(ctx context.Context, vm *goja.Runtime, c *compiled) e
 	if err := vm.Set("fetch", fetch); err != nil {
 		return err
 	}
-	if err := vm.Set("secrets", vm.NewDynamicObject(&secretObj{ctx: ctx, s: s, c: c, vm: vm})); err != nil {
+	sec.vm = vm
+	if err := vm.Set("secrets", vm.NewDynamicObject(sec)); err != nil {
 		return err
 	}
 	console := vm.NewObject()
@@ -443,7 +477,7 @@ func (s *Set) setupGlobals(ctx context.Context, vm *goja.Runtime, c *compiled) e
 
 // fetch is a synchronous fetch(url, {method, headers, body}) returning
 // {status, ok, headers, body, json()}.
-func (s *Set) fetch(ctx context.Context, c *compiled, raw string, opts goja.Value, vm *goja.Runtime) (goja.Value, error) {
+func (s *Set) fetch(ctx context.Context, c *compiled, raw string, opts goja.Value, vm *goja.Runtime, sec *secretObj) (goja.Value, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("fetch refused: bad url: %w", err)
@@ -470,6 +504,9 @@ func (s *Set) fetch(ctx context.Context, c *compiled, raw string, opts goja.Valu
 	}
 	if len(body) > MaxIOBytes {
 		return nil, fmt.Errorf("fetch refused: body larger than %d bytes", MaxIOBytes)
+	}
+	if name, ok := sec.sentTo(u.Hostname(), raw, headers, body); !ok {
+		return nil, fmt.Errorf("fetch refused: secret %q is granted for other hosts than %q", name, u.Hostname())
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), strings.NewReader(body))
 	if err != nil {
@@ -509,40 +546,91 @@ func (s *Set) fetch(ctx context.Context, c *compiled, raw string, opts goja.Valu
 	return out, nil
 }
 
-// secretObj is the secrets global: secrets.NAME reads a granted secret.
+// secretObj is the secrets global: secrets.NAME reads a secret that the
+// middleware declares (its Secrets) and an administrator granted to it. It
+// remembers the values read, to keep them out of what the call reports.
 type secretObj struct {
-	ctx context.Context
-	s   *Set
-	c   *compiled
-	vm  *goja.Runtime
+	c      *compiled
+	lookup secretLookup
+	vm     *goja.Runtime
+	read   map[string]secretRead // by name
 }
 
-func (o *secretObj) granted(k string) bool {
-	for _, n := range o.c.Secrets {
-		if n == k {
-			return true
-		}
-	}
-	return false
+type secretRead struct {
+	value string
+	hosts []string
 }
+
+func (o *secretObj) declared(k string) bool { return slices.Contains(o.c.Secrets, k) }
 
 func (o *secretObj) Get(k string) goja.Value {
-	if !o.granted(k) {
-		panic(o.vm.NewGoError(fmt.Errorf("secret %q is not granted to this middleware", k)))
+	if r, ok := o.read[k]; ok {
+		return o.vm.ToValue(r.value)
 	}
-	if o.s.opts.Secrets == nil {
+	if !o.declared(k) {
+		panic(o.vm.NewGoError(fmt.Errorf("secret %q is not declared by middleware %s (list it in its secrets)", k, o.c.Name)))
+	}
+	if o.lookup == nil {
 		panic(o.vm.NewGoError(fmt.Errorf("secret %q is not available", k)))
 	}
-	v, err := o.s.opts.Secrets.Secret(o.ctx, k)
+	v, hosts, err := o.lookup(k)
 	if err != nil {
 		panic(o.vm.NewGoError(fmt.Errorf("secret %q: %w", k, err)))
 	}
+	o.read[k] = secretRead{value: v, hosts: hosts}
 	return o.vm.ToValue(v)
 }
 func (o *secretObj) Set(string, goja.Value) bool { return false }
-func (o *secretObj) Has(k string) bool           { return o.granted(k) }
+func (o *secretObj) Has(k string) bool           { return o.declared(k) }
 func (o *secretObj) Delete(string) bool          { return false }
 func (o *secretObj) Keys() []string              { return append([]string(nil), o.c.Secrets...) }
+
+// sentTo checks a fetch to host against the hosts of the secrets read so
+// far: a request that carries a secret's value (in its URL, a header or
+// the body) may go only to that secret's hosts, when its grant names any.
+// It returns the first secret whose hosts do not cover host.
+func (o *secretObj) sentTo(host, rawURL string, headers map[string]string, body string) (string, bool) {
+	for name, r := range o.read {
+		if len(r.hosts) == 0 || r.value == "" {
+			continue
+		}
+		carried := strings.Contains(rawURL, r.value) || strings.Contains(body, r.value)
+		for k, v := range headers {
+			carried = carried || strings.Contains(k, r.value) || strings.Contains(v, r.value)
+		}
+		if !carried {
+			continue
+		}
+		if !slices.ContainsFunc(r.hosts, func(p string) bool { return secrets.MatchHost(p, strings.ToLower(strings.TrimSuffix(host, "."))) }) {
+			return name, false
+		}
+	}
+	return "", true
+}
+
+// redact replaces the values of the secrets read in s.
+func (o *secretObj) redact(s string) string {
+	for name, r := range o.read {
+		if r.value != "" {
+			s = strings.ReplaceAll(s, r.value, "[secret "+name+"]")
+		}
+	}
+	return s
+}
+
+// redactJSON is redact for JSON text, where a value may appear escaped.
+func (o *secretObj) redactJSON(s string) string {
+	for name, r := range o.read {
+		if r.value == "" {
+			continue
+		}
+		s = strings.ReplaceAll(s, r.value, "[secret "+name+"]")
+		if b, err := json.Marshal(r.value); err == nil && len(b) > 2 {
+			s = strings.ReplaceAll(s, string(b[1:len(b)-1]), "[secret "+name+"]")
+		}
+	}
+	return s
+}
 
 // watchMemory samples the live heap until done and calls over once it has
 // grown by more than limit bytes.

@@ -202,6 +202,9 @@ func (l *Link) answerDNS(ctx context.Context, raw []byte, udp bool) []byte {
 	}
 	pol := l.pol.Load()
 	name, err := canonicalName(qq.Name)
+	if err == nil && l.answerLocal(resp, name, qq.Qtype) {
+		return finish(QueryAllowed, name, qtype)
+	}
 	if err != nil || !pol.nameAllowed(name, 0) {
 		shown := name
 		if err != nil {

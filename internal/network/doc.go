@@ -82,6 +82,14 @@
 // is not denied: answers pointing at denied ranges (DNS rebinding) are
 // dropped and never become dialable. Every query is reported to OnQuery.
 //
+// # Warden itself (local.go)
+//
+// With Config.Local, the DNS answers LocalName (warden.internal) with the
+// gateway addresses whatever the policy, and the stack listens on the
+// gateway addresses' LocalPort (80): each connection is handed to Local
+// in wardend (nothing is dialled), which decides which sandboxes it
+// serves (hosted agents' runs reach the LLM and MCP gateways this way).
+//
 // # Measured (this repository's test VM: 2 shared cores, kernel 6.18)
 //
 // Attach, median of 21 (TestSandboxMeasure): 1.0-1.4 ms over five runs

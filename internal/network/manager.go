@@ -66,6 +66,12 @@ type Config struct {
 	// MaxFlows bounds the open TCP connections and UDP flows of one
 	// sandbox (default 1024); each holds a socket in wardend.
 	MaxFlows int
+	// Local, if set, serves Warden itself to sandboxes (local.go): DNS
+	// answers LocalName with the gateway addresses, and each connection
+	// to a gateway address on LocalPort is passed to Local, which serves
+	// it and returns when it is done (the connection is closed then, and
+	// with the link). Local decides which sandboxes it serves.
+	Local func(sandboxID string, c net.Conn)
 }
 
 // DefaultMTU is the device MTU unless configured.

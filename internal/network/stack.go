@@ -129,6 +129,9 @@ func newNetstack(l *Link, ep stack.LinkEndpoint) (*netstack, error) {
 	if err := n.startDNS(); err != nil {
 		return fail("dns", err)
 	}
+	if err := n.startLocal(); err != nil {
+		return fail("local", err)
+	}
 	return n, nil
 }
 

@@ -69,6 +69,7 @@ func (m *Manager) pauseCold(ctx context.Context, id string) (store.Sandbox, erro
 	if !m.setCold(id, true) {
 		return store.Sandbox{}, &StateError{ID: id, State: StateStopped, Want: string(StateRunning)}
 	}
+	m.observeUsage(ctx, id, false) // the counters may restart from zero (usage.go)
 	h, err := r.StopKeep(ctx, l.h)
 	if err != nil {
 		return store.Sandbox{}, m.coldPauseFailed(ctx, id, l, err)

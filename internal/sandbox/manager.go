@@ -83,6 +83,9 @@ type Config struct {
 	// as gvisor once runsc is installed); it reports whether it added it
 	// with AddBackend.
 	Probe func(id string) bool
+	// Usage, if set, hears of sandboxes' counters before they go, and of
+	// pauses and resumes (the usage meter; usage.go).
+	Usage UsageHook
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take defaults.
@@ -672,6 +675,7 @@ func (m *Manager) kill(ctx context.Context, id string, reason string) error {
 // stop deletes a stopping sandbox from its backend and records it stopped.
 func (m *Manager) stop(ctx context.Context, id string, reason string) {
 	if l, ok := m.lookup(id); ok {
+		m.observeUsage(ctx, id, true) // before the cgroup goes (usage.go)
 		if err := l.b.Delete(ctx, l.h); err != nil {
 			m.log.Error("delete sandbox", "sandbox", id, "err", err)
 		}

@@ -113,6 +113,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 	start, iso := time.Now(), m.isolationOf(id)
 	sb, err := m.pause(ctx, id)
 	m.met.observe("pause", iso, start, err)
+	m.usageChanged(id, err) // usage.go
 	return sb, err
 }
 
@@ -122,6 +123,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) 
 	start, iso := time.Now(), m.isolationOf(id)
 	sb, err := m.resume(ctx, id)
 	m.met.observe("resume", iso, start, err)
+	m.usageChanged(id, err) // usage.go
 	return sb, err
 }
 

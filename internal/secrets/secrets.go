@@ -106,6 +106,12 @@ type Grant struct {
 	Placeholder string    `json:"placeholder"`
 	Created     time.Time `json:"created"`
 	Revoked     bool      `json:"revoked,omitempty"`
+	// Middleware, instead of a sandbox or a principal, lets the middleware
+	// of that name read the secret (secrets.NAME in its script, when its
+	// definition lists NAME); Hosts are then optional and bound the hosts
+	// its fetch may send the value to. Header, PathPrefix and EnvName do
+	// not apply.
+	Middleware string `json:"middleware,omitempty"`
 }
 
 // CoversHost reports whether one of g's hosts matches host (normalised
@@ -537,10 +543,23 @@ func normalizeGrant(g Grant) (Grant, error) {
 	if g.SecretID == "" {
 		return bad("no secret")
 	}
-	if (g.Sandbox == "") == (g.Principal == "") {
-		return bad("set exactly one of sandbox and principal")
+	set := 0
+	for _, x := range []string{g.Sandbox, g.Principal, g.Middleware} {
+		if x != "" {
+			set++
+		}
 	}
-	if len(g.Hosts) == 0 || len(g.Hosts) > MaxHosts {
+	if set != 1 {
+		return bad("set exactly one of sandbox, principal and middleware")
+	}
+	if g.Middleware != "" {
+		if g.Header != "" || g.PathPrefix != "" || g.EnvName != "" {
+			return bad("header, path prefix and env name do not apply to a middleware grant")
+		}
+		if len(g.Hosts) > MaxHosts {
+			return bad("name at most %d hosts", MaxHosts)
+		}
+	} else if len(g.Hosts) == 0 || len(g.Hosts) > MaxHosts {
 		return bad("name 1 to %d hosts", MaxHosts)
 	}
 	hosts := make([]string, 0, len(g.Hosts))
@@ -553,6 +572,9 @@ func normalizeGrant(g Grant) (Grant, error) {
 	}
 	slices.Sort(hosts)
 	g.Hosts = slices.Compact(hosts)
+	if g.Middleware != "" {
+		return g, nil
+	}
 	if g.Header == "" {
 		g.Header = DefaultHeader
 	}
@@ -680,6 +702,57 @@ func (v *Vault) GrantsFor(sandboxID, principalID string) []Grant {
 		}
 	}
 	return append(byPrincipal, bySandbox...)
+}
+
+// ErrNotGranted: no grant lets the middleware read a secret of that name.
+var ErrNotGranted = errors.New("secrets: not granted")
+
+// ForMiddleware returns the current value of the secret called name that a
+// grant (not revoked) lets middleware mw read, and that grant's hosts (none:
+// any host the middleware may fetch). Where grants of several owners' secrets
+// of that name exist, the newest grant wins. It fails with ErrNotGranted
+// when none does, ErrRevoked when the secret's current version is revoked.
+func (v *Vault) ForMiddleware(mw, name string) ([]byte, []string, error) {
+	if mw == "" || name == "" {
+		return nil, nil, ErrNotGranted
+	}
+	v.mu.RLock()
+	var secretID string
+	var hosts []string
+	for _, g := range v.st.Grants {
+		if g.Revoked || g.Middleware != mw {
+			continue
+		}
+		if r := v.st.secret(g.SecretID); r != nil && r.Name == name {
+			secretID, hosts = r.ID, slices.Clone(g.Hosts)
+		}
+	}
+	v.mu.RUnlock()
+	if secretID == "" {
+		return nil, nil, ErrNotGranted
+	}
+	val, _, err := v.Current(secretID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return val, hosts, nil
+}
+
+// PurgeMiddleware removes the grants made to middleware mw (call it when the
+// middleware is removed, so that a new one of that name starts with none).
+func (v *Vault) PurgeMiddleware(mw string) error {
+	if mw == "" {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !slices.ContainsFunc(v.st.Grants, func(g Grant) bool { return g.Middleware == mw }) {
+		return nil
+	}
+	return v.update(func(s *State) error {
+		s.Grants = slices.DeleteFunc(s.Grants, func(g Grant) bool { return g.Middleware == mw })
+		return nil
+	})
 }
 
 // EnvFor returns the environment variables that tell a sandbox its

@@ -97,6 +97,11 @@ type AgentRun struct {
 	CreatedAt time.Time
 	StartedAt time.Time
 	EndedAt   time.Time
+	// What the run spent on the LLM gateway with its own key.
+	LLMCalls   int64
+	TokensIn   int64
+	TokensOut  int64
+	CostMicros int64
 }
 
 // AgentRunFilter selects runs: by agent ("" all), by states (none: all),

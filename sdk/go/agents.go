@@ -75,6 +75,12 @@ type AgentRun struct {
 	StartedAt  *time.Time      `json:"started_at,omitempty"`
 	EndedAt    *time.Time      `json:"ended_at,omitempty"`
 	DurationMS *int64          `json:"duration_ms,omitempty"`
+	// What the run spent on the LLM gateway with its own key: calls,
+	// tokens and cost in micro-dollars.
+	LLMCalls   int64 `json:"llm_calls"`
+	TokensIn   int64 `json:"tokens_in"`
+	TokensOut  int64 `json:"tokens_out"`
+	CostMicros int64 `json:"cost_micros"`
 }
 
 // Ended reports whether the run is in a final state.

@@ -56,7 +56,8 @@ type PolicyWrite struct {
 
 // PolicyGuard is a policy's guardrails: the detectors (secrets, pii,
 // injection) run over the content of the targeted actions (exec,
-// file.write, code.run, mcp.call, mcp.result, memory.write; all when empty), and the
+// file.write, code.run, mcp.call, mcp.result, memory.write, llm.prompt,
+// llm.response; all when empty), and the
 // action on a finding: block, mask, flag or require_approval.
 type PolicyGuard struct {
 	Detectors  []string           `json:"detectors" yaml:"detectors"`

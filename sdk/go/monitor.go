@@ -19,7 +19,7 @@ type MonitorEvent struct {
 	ID            string         `json:"id"`
 	Time          time.Time      `json:"time"`
 	Kind          string         `json:"kind"`
-	Source        string         `json:"source"` // audit, ingest or hook
+	Source        string         `json:"source"` // audit, ingest, hook or llm
 	PrincipalID   string         `json:"principal_id"`
 	AgentID       string         `json:"agent_id,omitempty"`
 	SandboxID     string         `json:"sandbox_id,omitempty"`

@@ -38,6 +38,11 @@ type Grant struct {
 	Placeholder string    `json:"placeholder,omitempty"`
 	Created     time.Time `json:"created,omitzero"`
 	Revoked     bool      `json:"revoked,omitempty"`
+	// Middleware, instead of Sandbox or Principal, lets that middleware's script read the
+	// secret (secrets.NAME, when its definition lists NAME): admin only. Hosts are then
+	// optional and bound where its fetch may send the value; Header, PathPrefix and
+	// EnvName do not apply.
+	Middleware string `json:"middleware,omitempty"`
 }
 
 // PutSecret stores a secret, or rotates it (a new version) when one by that name exists.

@@ -82,6 +82,9 @@ type CreateSandboxRequest struct {
 	// starting with "sb-". Unique among the owner's live sandboxes (409 conflict when in use).
 	Name     string `json:"name,omitempty"`
 	Template string `json:"template,omitempty"`
+	// Snapshot starts the sandbox from the caller's snapshot (name or ID) instead of a
+	// template; not with Template.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Isolation is the backend: "native" or "gvisor" (gVisor's user-space kernel, which
 	// pauses to disk and can fork). Empty: the daemon's default.
 	Isolation string `json:"isolation,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // LLMPrice is a model's price in dollars per million tokens.
@@ -43,16 +44,19 @@ type LLMBudgets struct {
 
 // UsageQuery selects and groups [Client.LLMUsage].
 type UsageQuery struct {
-	// GroupBy is principal (default), agent, model or day.
+	// GroupBy is principal (default), agent, sandbox, model or day.
 	GroupBy string
 	// Since and Until are RFC 3339, a date or a duration back from now
 	// ("24h", "7d"); empty: 30 days ago and now.
 	Since, Until string
 	Principal    string
 	Agent        string
+	// Sandbox limits the report to one sandbox's resources.
+	Sandbox string
 }
 
-// UsageRow is one group of a [UsageReport].
+// UsageRow is one group of a [UsageReport]: LLM calls, tokens and cost,
+// and sandbox resources.
 type UsageRow struct {
 	Key        string  `json:"key"`
 	Calls      int64   `json:"llm_calls"`
@@ -60,19 +64,34 @@ type UsageRow struct {
 	TokensOut  int64   `json:"llm_tokens_out"`
 	CostMicros int64   `json:"llm_cost_micros"`
 	CostUSD    float64 `json:"llm_cost_usd"`
+
+	// Sandboxes is how many sandboxes the figures below cover.
+	Sandboxes        int64   `json:"sandboxes"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	EgressBytesOut   int64   `json:"egress_bytes_out"`
+	EgressBytesIn    int64   `json:"egress_bytes_in"`
+	RunningSeconds   float64 `json:"running_seconds"`
+	PausedSeconds    float64 `json:"paused_seconds"`
+	// DiskBytes sums the most disk each sandbox held in the range.
+	DiskBytes int64 `json:"disk_bytes"`
 }
 
-// UsageReport is LLM usage and cost by group over a range of UTC days.
+// UsageReport is usage and cost by group: LLM figures over a range of UTC
+// days, sandbox figures over the UTC hours from From to To.
 type UsageReport struct {
 	GroupBy string     `json:"group_by"`
 	FromDay string     `json:"from_day"`
 	ToDay   string     `json:"to_day"`
+	From    time.Time  `json:"from"`
+	To      time.Time  `json:"to"`
 	Rows    []UsageRow `json:"rows"`
 }
 
 func (q UsageQuery) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"group_by": q.GroupBy, "since": q.Since, "until": q.Until, "principal": q.Principal, "agent": q.Agent} {
+	for k, s := range map[string]string{"group_by": q.GroupBy, "since": q.Since, "until": q.Until, "principal": q.Principal,
+		"agent": q.Agent, "sandbox": q.Sandbox} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -80,7 +99,7 @@ func (q UsageQuery) values() url.Values {
 	return v
 }
 
-// LLMUsage reports LLM usage and cost (admin).
+// LLMUsage reports usage and cost: LLM calls and sandbox resources (admin).
 func (c *Client) LLMUsage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	var r UsageReport
 	if err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/usage", query: q.values(), idempotent: true}, &r); err != nil {

@@ -52,6 +52,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	code := m.Run()
+	for _, d := range npmDirs.dirs {
+		os.RemoveAll(d.dir)
+	}
 	os.RemoveAll(dir)
 	os.RemoveAll(sharedBase)
 	os.Exit(code)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,13 +46,23 @@ func npmWork(t *testing.T, pkgs ...string) (work, node string) {
 	if errNode != nil || errNpm != nil {
 		t.Fatalf("node or npm is not installed (%v, %v); scripts/install-deps.sh installs them", errNode, errNpm)
 	}
+	// One install serves every test of the run that needs no more
+	// packages than it has (an install takes tens of seconds); tests write
+	// their scripts under their own names. TestMain removes the dirs.
+	npmDirs.Lock()
+	defer npmDirs.Unlock()
+	for _, d := range npmDirs.dirs {
+		if !slices.ContainsFunc(pkgs, func(p string) bool { return !slices.Contains(d.pkgs, p) }) {
+			return d.dir, node
+		}
+	}
 	work, err := os.MkdirTemp("", "warden-it-mcp-npm-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.Chmod(work, 0o755)
-	t.Cleanup(func() { os.RemoveAll(work) })
 	if err := os.WriteFile(filepath.Join(work, "package.json"), []byte(`{"name":"warden-it-mcp","private":true,"type":"module"}`), 0o644); err != nil {
+		os.RemoveAll(work)
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -59,9 +70,22 @@ func npmWork(t *testing.T, pkgs ...string) (work, node string) {
 	inst := exec.CommandContext(ctx, npm, append([]string{"install", "--no-audit", "--no-fund", "--loglevel=error"}, pkgs...)...)
 	inst.Dir = work
 	if out, err := inst.CombinedOutput(); err != nil {
+		os.RemoveAll(work)
 		t.Fatalf("npm install %v: %v\n%s", pkgs, err, out)
 	}
+	npmDirs.dirs = append(npmDirs.dirs, npmDir{dir: work, pkgs: pkgs})
 	return work, node
+}
+
+// npmDirs are npmWork's installs, kept for the whole run.
+var npmDirs struct {
+	sync.Mutex
+	dirs []npmDir
+}
+
+type npmDir struct {
+	dir  string
+	pkgs []string
 }
 
 // npmClientScript lists the tools of a virtual server and calls one with

@@ -1,7 +1,8 @@
 // Package sdktest runs the Python and TypeScript SDKs' own test suites (sdk/python/tests
 // with pytest, sdk/ts/test with node's test runner) against one real wardend built from
-// this tree. It needs root (wardend runs native sandboxes), Debian's python3-pytest, node
-// and tsc (scripts/install-deps.sh installs them).
+// this tree, and type-checks the Python package with mypy. It needs root (wardend runs
+// native sandboxes), Debian's python3-pytest and python3-mypy, node and tsc
+// (scripts/install-deps.sh installs them).
 package sdktest
 
 import (
@@ -183,6 +184,22 @@ func TestSDKs(t *testing.T) {
 		t.Parallel()
 		runSuite(t, filepath.Join(root, "sdk", "python"), d, 5*time.Minute, py,
 			"-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", "-rs", "tests")
+	})
+	// The type check needs no daemon; it runs beside the suites.
+	t.Run("python-types", func(t *testing.T) {
+		t.Parallel()
+		if exec.Command(py, "-c", "import mypy").Run() != nil {
+			t.Fatalf("%s cannot import mypy; scripts/install-deps.sh installs python3-mypy", py)
+		}
+		dir := filepath.Join(root, "sdk", "python")
+		cmd := exec.Command(py, "-m", "mypy", "--cache-dir", filepath.Join(t.TempDir(), "mypy"),
+			"--disallow-untyped-defs", "--disallow-incomplete-defs", "--warn-unused-ignores", "warden")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		t.Logf("mypy:\n%s", out)
+		if err != nil {
+			t.Fatalf("mypy: %v", err)
+		}
 	})
 	t.Run("typescript", func(t *testing.T) {
 		t.Parallel()

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"encoding/base64"
+	"math/bits"
 	"sort"
 	"unicode"
 	"unicode/utf8"
@@ -64,6 +65,40 @@ func hashString(seed uint64, s string) uint64 {
 	return mix(h)
 }
 
+// grams234 returns in dst[0:len(norm)*3] the buckets of norm's character
+// 2-, 3- and 4-grams, hashBytes(seedChar+n, norm[i:i+n])&mask at
+// dst[(n-2)*len(norm)+i] (the slots past each n's last gram are unused),
+// computed in one pass. mask must fit in 32 bits.
+func grams234(dst []uint32, norm []byte, mask uint64) []uint32 {
+	k := len(norm)
+	if cap(dst) < 3*k {
+		dst = make([]uint32, 3*k)
+	}
+	dst = dst[:3*k]
+	d2, d3, d4 := dst[:k], dst[k:2*k], dst[2*k:3*k]
+	const (
+		o2 = uint64(fnvOffset) ^ (seedChar + 2)
+		o3 = uint64(fnvOffset) ^ (seedChar + 3)
+		o4 = uint64(fnvOffset) ^ (seedChar + 4)
+	)
+	for i := 0; i+4 <= k; i++ {
+		c0, c1, c2, c3 := uint64(norm[i]), uint64(norm[i+1]), uint64(norm[i+2]), uint64(norm[i+3])
+		h2 := (((o2 ^ c0) * fnvPrime) ^ c1) * fnvPrime
+		h3 := (((((o3 ^ c0) * fnvPrime) ^ c1) * fnvPrime) ^ c2) * fnvPrime
+		h4 := (((((((o4 ^ c0) * fnvPrime) ^ c1) * fnvPrime) ^ c2) * fnvPrime) ^ c3) * fnvPrime
+		d2[i], d3[i], d4[i] = uint32(mix(h2)&mask), uint32(mix(h3)&mask), uint32(mix(h4)&mask)
+	}
+	// the last grams of 2 and 3 bytes
+	if k >= 3 {
+		d2[k-3] = uint32(hashBytes(seedChar+2, norm[k-3:k-1]) & mask)
+		d3[k-3] = uint32(hashBytes(seedChar+3, norm[k-3:k]) & mask)
+	}
+	if k >= 2 {
+		d2[k-2] = uint32(hashBytes(seedChar+2, norm[k-2:k]) & mask)
+	}
+	return dst
+}
+
 // mix is the murmur3 finaliser: FNV alone spreads short keys badly over the
 // low bits that pick a bucket.
 func mix(h uint64) uint64 {
@@ -88,23 +123,33 @@ const maxDecodeDepth = 2
 
 // extractor holds reusable buffers; it is not safe for concurrent use.
 type extractor struct {
-	spec  featureSpec
-	mask  uint64
-	norm  []byte
-	offs  []int32 // offs[j]: byte offset in the text of normalised byte j (top level)
-	words [][2]int
-	tmp   []byte
-	out   []uint32
-	pos   []int32 // pos[i]: normalised offset where feature i starts; -1: whole text
-	flags normFlags
+	spec    featureSpec
+	mask    uint64
+	norm    []byte
+	offs    []int32 // offs[j]: byte offset in the text of normalised byte j (top level)
+	words   [][2]int
+	tmp     []byte
+	hashes  []uint32 // character n-gram buckets of one n
+	hashes3 []uint32 // of n = 2, 3 and 4 (grams234)
+	out     []uint32
+	pos     []int32 // pos[i]: normalised offset where feature i starts; -1: whole text
+	flags   normFlags
 
 	topLen int   // length of the top-level normalised text
 	base   int32 // position given to the features of a decoded run (depth > 0)
 	depth  int
 
-	// seen[bucket] == gen<<32 | block+1: the feature is already in the block
-	seen []uint64
-	gen  uint64
+	// seen[bucket] == gen<<32 | block+1: the feature is already in the block.
+	// A text starts with the small table instead (tab), which holds
+	// the same thing for the buckets the text touches and stays in cache;
+	// when it fills, its entries move to seen for the rest of the text.
+	seen      []uint64
+	gen       uint64
+	tab       []seenSlot
+	tabN      int
+	small     bool
+	blockBits int  // log2(spec.Block) when it is a power of two, else -1
+	noTab     bool // tests: seen only, no small table
 
 	// scoring buffers
 	blockZ [][numClasses]float32
@@ -112,7 +157,105 @@ type extractor struct {
 }
 
 func newExtractor(spec featureSpec) *extractor {
-	return &extractor{spec: spec, mask: 1<<spec.Bits - 1}
+	e := &extractor{spec: spec, mask: 1<<spec.Bits - 1, blockBits: -1}
+	if b := spec.Block; b > 0 && b&(b-1) == 0 {
+		e.blockBits = bits.TrailingZeros(uint(b))
+	}
+	return e
+}
+
+// seenSlot is an entry of the small table: bucket f was last counted in
+// block-1 (as uint32(block+1), like the low half of a seen key) during the
+// text numbered gen (the low half of extractor.gen).
+type seenSlot struct{ gen, f, block uint32 }
+
+// tabSize is the small table's size; it takes up to tabSize/2 buckets.
+const tabSize = 1 << 12
+
+// firstInBlock reports whether bucket f is not yet counted in block b (as
+// uint32(block+1)) and records that it now is: "the last block f was
+// counted in is b".
+func (e *extractor) firstInBlock(f uint64, b uint32) bool {
+	if e.small {
+		g := uint32(e.gen)
+		for i := uint32(f) & (tabSize - 1); ; i = (i + 1) & (tabSize - 1) {
+			s := &e.tab[i]
+			if s.gen != g {
+				if e.tabN < tabSize/2 {
+					*s = seenSlot{gen: g, f: uint32(f), block: b}
+					e.tabN++
+					return true
+				}
+				e.spill()
+				break
+			}
+			if s.f == uint32(f) {
+				if s.block == b {
+					return false
+				}
+				s.block = b
+				return true
+			}
+		}
+	}
+	key := e.gen<<32 | uint64(b)
+	if e.seen[f] == key {
+		return false
+	}
+	e.seen[f] = key
+	return true
+}
+
+// emitChars emits the character n-gram features whose buckets are hs,
+// hs[i] starting at normalised byte i: emit for each, in order, with the
+// common case (top level, small table, block a power of two) inline.
+func (e *extractor) emitChars(hs []uint32) {
+	i := 0
+	if e.depth == 0 && e.blockBits >= 0 {
+		g := uint32(e.gen)
+		tab := e.tab[:tabSize]
+		shift := uint(e.blockBits)
+		out, pos := e.out, e.pos
+		for ; i < len(hs) && e.small && e.tabN < tabSize/2; i++ {
+			f := hs[i]
+			b := uint32(i>>shift + 1)
+			for j := f & (tabSize - 1); ; j = (j + 1) & (tabSize - 1) {
+				s := &tab[j]
+				if s.gen != g {
+					*s = seenSlot{gen: g, f: f, block: b}
+					e.tabN++
+					out, pos = append(out, f), append(pos, int32(i))
+					break
+				}
+				if s.f == f {
+					if s.block != b {
+						s.block = b
+						out, pos = append(out, f), append(pos, int32(i))
+					}
+					break
+				}
+			}
+		}
+		e.out, e.pos = out, pos
+	}
+	for ; i < len(hs); i++ {
+		e.emit(uint64(hs[i]), i)
+	}
+}
+
+// spill moves the small table's entries of this text to seen, which
+// takes over for the rest of the text.
+func (e *extractor) spill() {
+	if e.seen == nil {
+		e.seen = make([]uint64, e.mask+1)
+	}
+	g := uint32(e.gen)
+	for _, s := range e.tab {
+		if s.gen == g {
+			e.seen[s.f] = e.gen<<32 | uint64(s.block)
+		}
+	}
+	e.small = false
 }
 
 // features returns the bucket of every feature occurrence in text (with
@@ -121,10 +264,19 @@ func newExtractor(spec featureSpec) *extractor {
 func (e *extractor) features(text string) []uint32 {
 	e.out, e.pos = e.out[:0], e.pos[:0]
 	e.flags = normFlags{}
-	if e.seen == nil {
-		e.seen = make([]uint64, e.mask+1)
+	if e.tab == nil {
+		e.tab = make([]seenSlot, tabSize)
 	}
 	e.gen++
+	if uint32(e.gen) == 0 {
+		// The small table's stamps wrapped: empty it (gen 0 is no text).
+		clear(e.tab)
+		e.gen++
+	}
+	e.small, e.tabN = !e.noTab, 0
+	if e.noTab && e.seen == nil {
+		e.seen = make([]uint64, e.mask+1)
+	}
 	e.depth, e.base = 0, 0
 	e.add(text)
 	if e.flags.tagBlock {
@@ -148,16 +300,16 @@ func (e *extractor) emit(h uint64, p int) {
 	}
 	f := h & e.mask
 	block := 0
-	if e.spec.Block > 0 {
+	if e.blockBits >= 0 {
+		block = p >> e.blockBits // p >= 0
+	} else if e.spec.Block > 0 {
 		block = p / e.spec.Block
 	}
 	// Features of one family come in order of position, so remembering the
 	// last block a bucket was seen in is enough to count it once per block.
-	key := e.gen<<32 | uint64(block+1)&0xffffffff
-	if e.seen[f] == key {
+	if !e.firstInBlock(f, uint32(block+1)) {
 		return
 	}
-	e.seen[f] = key
 	e.out = append(e.out, uint32(f))
 	e.pos = append(e.pos, int32(p))
 }
@@ -183,10 +335,29 @@ func (e *extractor) add(text string) {
 
 // gramsOf adds the word and character features of normalised text.
 func (e *extractor) gramsOf(norm []byte) {
-	// character n-grams over the bytes of the normalised text
-	for n := int(e.spec.CharMin); n <= int(e.spec.CharMax) && n > 0; n++ {
-		for i := 0; i+n <= len(norm); i++ {
-			e.emit(hashBytes(seedChar+uint64(n), norm[i:i+n]), i)
+	// character n-grams over the bytes of the normalised text: the hashes
+	// first (a loop of arithmetic only), then their features in order.
+	if e.spec.CharMin == 2 && e.spec.CharMax == 4 && len(norm) >= 4 {
+		// The committed model's n-grams: the three hashes of a position
+		// in one pass.
+		e.hashes3 = grams234(e.hashes3, norm, e.mask)
+		k := len(norm)
+		h := e.hashes3
+		e.emitChars(h[:k-1])
+		e.emitChars(h[k : 2*k-2])
+		e.emitChars(h[2*k : 3*k-3])
+	} else {
+		for n := int(e.spec.CharMin); n <= int(e.spec.CharMax) && n > 0; n++ {
+			if len(norm) < n {
+				break
+			}
+			hs := e.hashes[:0]
+			seed := seedChar + uint64(n)
+			for i := 0; i+n <= len(norm); i++ {
+				hs = append(hs, uint32(hashBytes(seed, norm[i:i+n])&e.mask))
+			}
+			e.hashes = hs
+			e.emitChars(hs)
 		}
 	}
 	// words: runs of letters and digits
@@ -335,6 +506,30 @@ func normalize(dst []byte, offs *[]int32, s string, f *normFlags) []byte {
 		}
 	}
 	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf && c != '\\' {
+			// ASCII: foldRune and emit, inline.
+			switch {
+			case 'A' <= c && c <= 'Z':
+				c += 'a' - 'A'
+			case c < 0x20 || c == 0x7f:
+				c = ' '
+			}
+			if c == ' ' {
+				if space {
+					i++
+					continue
+				}
+				space = true
+			} else {
+				space = false
+			}
+			dst = append(dst, c)
+			if offs != nil {
+				*offs = append(*offs, int32(i))
+			}
+			i++
+			continue
+		}
 		at = i
 		r, size := rune(s[i]), 1
 		if r >= utf8.RuneSelf {
@@ -478,10 +673,15 @@ func base64Runs(s string) [][2]int {
 	return runs
 }
 
-func isB64(c byte) bool {
-	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' ||
-		c == '+' || c == '/' || c == '-' || c == '_' || c == '='
-}
+func isB64(c byte) bool { return b64Chars[c] }
+
+var b64Chars = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' ||
+			c == '+' || c == '/' || c == '-' || c == '_' || c == '='
+	}
+	return t
+}()
 
 // decodeBase64Text decodes s as base64 (any common alphabet, padded or not)
 // and reports whether the result is printable UTF-8 text with some spaces,

@@ -75,18 +75,20 @@ const (
 // decoded base64 payloads too.
 func heuristics(text string, score func(string) Prediction, threshold float64) []Hit {
 	var hits []Hit
-	lower := strings.ToLower(text)
+	found, ascii := ruleTriggers.groups(text)
 	for i := range rules {
 		r := &rules[i]
-		if !containsAnyOf(lower, r.triggers) {
+		if found&(1<<i) == 0 {
 			continue
 		}
 		for _, loc := range r.re.FindAllStringIndex(text, 8) {
 			hits = append(hits, Hit{Rule: r.name, Kind: r.kind, Start: loc[0], End: loc[1], Confidence: r.confidence})
 		}
 	}
-	hits = append(hits, invisible(text)...)
-	hits = append(hits, encoded(text, lower, score, threshold)...)
+	if !ascii { // every invisible character is outside ASCII
+		hits = append(hits, invisible(text)...)
+	}
+	hits = append(hits, encoded(text, found&(1<<rot13Group) != 0, score, threshold)...)
 	return hits
 }
 
@@ -144,7 +146,7 @@ func isASCIILetter(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <
 
 // encoded finds instructions in base64 runs (decoded, then matched by the
 // rules or scored by the classifier) and in ROT13.
-func encoded(text, lower string, score func(string) Prediction, threshold float64) []Hit {
+func encoded(text string, rot13Trigger bool, score func(string) Prediction, threshold float64) []Hit {
 	var hits []Hit
 	for _, run := range base64Runs(text) {
 		dec, ok := decodeBase64Text(text[run[0]:run[1]])
@@ -171,7 +173,7 @@ func encoded(text, lower string, score func(string) Prediction, threshold float6
 		}
 	}
 	// ROT13 of "ignore", "disregard", "instructions".
-	if containsAnyOf(lower, []string{"vtaber", "qvfertneq", "vafgehpgvbaf"}) {
+	if rot13Trigger {
 		if loc := rules[0].re.FindStringIndex(rot13(text)); loc != nil {
 			hits = append(hits, Hit{Rule: ruleROT13, Kind: LabelInjection, Start: loc[0], End: loc[1], Confidence: 0.9})
 		}

@@ -21,7 +21,11 @@ const ID = "secrets"
 type Detector struct {
 	rs     *ruleSet
 	always []int // rules without keywords
-	kw     keywordIndex
+	// needs finds the literals (rule.need) of the always rules in one
+	// pass; alwaysNeed[j] is the index in needs of always[j]'s, or -1.
+	needs      needIndex
+	alwaysNeed []int
+	kw         keywordIndex
 	// ruleKW[i] lists the keyword ids of rule i.
 	ruleKW [][]int
 }
@@ -74,7 +78,51 @@ func New(config []byte) (*Detector, error) {
 		}
 	}
 	d.kw = newKeywordIndex(words)
+	var needs []string
+	for _, i := range d.always {
+		j := -1
+		if n := d.rs.rules[i].need; len(n) >= 2 {
+			j = len(needs)
+			needs = append(needs, n)
+		}
+		d.alwaysNeed = append(d.alwaysNeed, j)
+	}
+	d.needs = newNeedIndex(needs)
 	return d, nil
+}
+
+// needIndex says which of a set of literals (two bytes or more) a text
+// holds, as strings.Contains would, in one pass: a table of their first
+// two bytes rejects most positions with one lookup.
+type needIndex struct {
+	lits   []string
+	pairs  [65536 / 64]uint64
+	starts map[uint16][]int
+}
+
+func newNeedIndex(lits []string) needIndex {
+	x := needIndex{lits: lits, starts: map[uint16][]int{}}
+	for i, l := range lits {
+		p := uint16(l[0])<<8 | uint16(l[1])
+		x.pairs[p/64] |= 1 << (p % 64)
+		x.starts[p] = append(x.starts[p], i)
+	}
+	return x
+}
+
+// scan sets found[i] when t holds lits[i].
+func (x *needIndex) scan(t string, found []bool) {
+	for i := 0; i+1 < len(t); i++ {
+		p := uint16(t[i])<<8 | uint16(t[i+1])
+		if x.pairs[p/64]&(1<<(p%64)) == 0 {
+			continue
+		}
+		for _, j := range x.starts[p] {
+			if !found[j] && strings.HasPrefix(t[i:], x.lits[j]) {
+				found[j] = true
+			}
+		}
+	}
 }
 
 // Rules returns the number of rules.
@@ -97,8 +145,19 @@ func (d *Detector) Detect(in guard.Input, out []guard.Match) []guard.Match {
 		seen = make([]bool, n)
 	}
 	any := d.kw.scan(t, seen)
+	var needBuf [64]bool
+	need := needBuf[:0]
+	if n := len(d.needs.lits); n <= len(needBuf) {
+		need = needBuf[:n]
+	} else {
+		need = make([]bool, n)
+	}
+	d.needs.scan(t, need)
 	start := len(out)
-	for _, i := range d.always {
+	for j, i := range d.always {
+		if k := d.alwaysNeed[j]; k >= 0 && !need[k] {
+			continue // apply would find the literal missing
+		}
 		out = d.apply(d.rs.rules[i], t, out)
 	}
 	if any {
@@ -251,14 +310,19 @@ func entropy(s string) float64 {
 // keywordIndex finds keywords, ignoring ASCII case, with a two-byte
 // prefix table: most positions of a text are rejected by one lookup.
 type keywordIndex struct {
-	words   []string
-	bitmap  [65536 / 64]uint64
-	buckets map[uint16][]int
-	short   []int // one-byte keywords
+	words  []string
+	bitmap [65536 / 64]uint64
+	// buckets[p] lists the keywords starting with the two lower-case
+	// bytes p; bucket maps p to its index (0: none), so that a hit costs
+	// two array lookups, not a map lookup.
+	bucket  [65536]uint8
+	buckets [][]int
+	short   []int            // one-byte keywords
+	big     map[uint16][]int // when there are more than 255 prefixes
 }
 
 func newKeywordIndex(words []string) keywordIndex {
-	k := keywordIndex{words: words, buckets: map[uint16][]int{}}
+	k := keywordIndex{words: words, buckets: [][]int{nil}, big: map[uint16][]int{}}
 	for i, w := range words {
 		if len(w) < 2 {
 			k.short = append(k.short, i)
@@ -266,9 +330,24 @@ func newKeywordIndex(words []string) keywordIndex {
 		}
 		p := uint16(lower(w[0]))<<8 | uint16(lower(w[1]))
 		k.bitmap[p/64] |= 1 << (p % 64)
-		k.buckets[p] = append(k.buckets[p], i)
+		k.big[p] = append(k.big[p], i)
+	}
+	if len(k.big) < 256 {
+		for p, ws := range k.big {
+			k.bucket[p] = uint8(len(k.buckets))
+			k.buckets = append(k.buckets, ws)
+		}
+		k.big = nil
 	}
 	return k
+}
+
+// candidates returns the keywords starting with the two bytes p.
+func (k *keywordIndex) candidates(p uint16) []int {
+	if k.big != nil {
+		return k.big[p]
+	}
+	return k.buckets[k.bucket[p]]
 }
 
 func lower(c byte) byte {
@@ -291,7 +370,7 @@ func (k *keywordIndex) scan(t string, seen []bool) bool {
 		if k.bitmap[p/64]&(1<<(p%64)) == 0 {
 			continue
 		}
-		for _, w := range k.buckets[p] {
+		for _, w := range k.candidates(p) {
 			if seen[w] {
 				continue
 			}

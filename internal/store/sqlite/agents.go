@@ -16,7 +16,8 @@ var _ store.AgentStore = (*Store)(nil)
 
 const agentColumns = `id, name, principal_id, owner_id, version, spec, webhook_secret, sandbox_id, created_at, updated_at`
 
-const agentRunColumns = `id, agent_id, version, trigger, input, state, reason, sandbox_id, key_id, exit_code, created_by, created_at, started_at, ended_at`
+const agentRunColumns = `id, agent_id, version, trigger, input, state, reason, sandbox_id, key_id, exit_code, created_by, created_at, started_at, ended_at,
+	llm_calls, tokens_in, tokens_out, cost_micros`
 
 type agentRowScanner interface{ Scan(dest ...any) error }
 
@@ -41,7 +42,7 @@ func scanAgentRun(r agentRowScanner) (store.AgentRun, error) {
 	var exit sql.NullInt64
 	var created, started, ended sql.NullInt64
 	if err := r.Scan(&x.ID, &x.AgentID, &x.Version, &x.Trigger, &input, &x.State, &x.Reason, &x.SandboxID, &x.KeyID, &exit,
-		&x.CreatedBy, &created, &started, &ended); err != nil {
+		&x.CreatedBy, &created, &started, &ended, &x.LLMCalls, &x.TokensIn, &x.TokensOut, &x.CostMicros); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.AgentRun{}, store.ErrNotFound
 		}
@@ -249,9 +250,9 @@ func (s *Store) CreateAgentRun(ctx context.Context, r store.AgentRun) error {
 		if n == 0 {
 			return fmt.Errorf("agent %s: %w", r.AgentID, store.ErrNotFound)
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO agent_runs (`+agentRunColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO agent_runs (`+agentRunColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, r.AgentID, r.Version, r.Trigger, string(r.Input), r.State, r.Reason, r.SandboxID, r.KeyID, exitArg(r.ExitCode),
-			r.CreatedBy, nanos(r.CreatedAt), nanos(r.StartedAt), nanos(r.EndedAt))
+			r.CreatedBy, nanos(r.CreatedAt), nanos(r.StartedAt), nanos(r.EndedAt), r.LLMCalls, r.TokensIn, r.TokensOut, r.CostMicros)
 		if isUnique(err) {
 			return fmt.Errorf("id in use: %w", store.ErrConflict)
 		}
@@ -340,9 +341,9 @@ func (s *Store) UpdateAgentRun(ctx context.Context, id string, fn func(*store.Ag
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE agent_runs SET version = ?, trigger = ?, input = ?, state = ?, reason = ?, sandbox_id = ?, key_id = ?,
-			exit_code = ?, created_by = ?, started_at = ?, ended_at = ? WHERE id = ?`,
+			exit_code = ?, created_by = ?, started_at = ?, ended_at = ?, llm_calls = ?, tokens_in = ?, tokens_out = ?, cost_micros = ? WHERE id = ?`,
 			n.Version, n.Trigger, string(n.Input), n.State, n.Reason, n.SandboxID, n.KeyID, exitArg(n.ExitCode), n.CreatedBy,
-			nanos(n.StartedAt), nanos(n.EndedAt), id)
+			nanos(n.StartedAt), nanos(n.EndedAt), n.LLMCalls, n.TokensIn, n.TokensOut, n.CostMicros, id)
 		if err != nil {
 			return err
 		}

@@ -6,11 +6,12 @@
     with client.sandboxes.create() as sb:
         print(sb.exec("echo hello").stdout)
 
-See sdk/python/README.md; :mod:`warden.aio` has the asyncio client.
+See sdk/python/README.md; :mod:`warden.aio` has the asyncio client (native asyncio).
 """
 
 from ._http import DEFAULT_SOCKET, DEFAULT_URL, ENV_API_KEY, ENV_URL, Response, RetryPolicy
-from .aio import AsyncProcess, AsyncPty, AsyncSandbox, AsyncWarden
+from ._aio_http import AsyncResponse
+from .aio import AsyncFiles, AsyncProcess, AsyncPty, AsyncSandbox, AsyncWarden, AsyncWatchHandle
 from .client import (
     CodeError,
     CodeResult,
@@ -50,7 +51,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Warden", "AsyncWarden", "Sandbox", "AsyncSandbox", "Process", "AsyncProcess", "ProcessOutput",
     "ExecResult", "Files", "WatchHandle", "Pty", "AsyncPty", "Execution", "CodeResult", "CodeError",
-    "Response", "RetryPolicy", "DEFAULT_URL", "DEFAULT_SOCKET", "ENV_URL", "ENV_API_KEY",
+    "AsyncFiles", "AsyncWatchHandle", "AsyncResponse", "Response", "RetryPolicy", "DEFAULT_URL", "DEFAULT_SOCKET", "ENV_URL", "ENV_API_KEY",
     "WardenError", "APIError", "BadRequestError", "ValidationError", "AuthError", "ForbiddenError",
     "PermissionDeniedError", "ApprovalRequiredError", "NotFoundError", "ConflictError",
     "PayloadTooLargeError", "RateLimitedError", "UnavailableError", "InternalError",

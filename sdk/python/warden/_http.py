@@ -12,6 +12,7 @@ import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 from . import errors
@@ -128,6 +129,32 @@ def default_api_key() -> str:
         return ""
 
 
+def decode_event(line: bytes, max_line: int = MAX_EVENT) -> dict[str, Any] | None:
+    """Decodes one NDJSON line of a stream (None for a blank line); shared by both clients."""
+    if len(line) > max_line and not line.endswith(b"\n"):
+        raise errors.StreamError(f"stream event over {max_line} bytes")
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        ev = _json.loads(line)
+    except ValueError as e:
+        raise errors.StreamError(f"decode stream event: {e}") from e
+    if not isinstance(ev, dict):
+        raise errors.StreamError("stream event is not an object")
+    return ev
+
+
+def decode_json(raw: bytes) -> Any:
+    """Decodes a whole JSON response body (None when empty)."""
+    if not raw:
+        return None
+    try:
+        return _json.loads(raw)
+    except ValueError as e:
+        raise errors.StreamError(f"decode response: {e}") from e
+
+
 class Response:
     """An HTTP response with a status below 400. Close it (or use ``with``) when done."""
 
@@ -165,28 +192,14 @@ class Response:
                 raise errors.ConnectionError(f"read stream: {e}") from e
             if not line:
                 return
-            if len(line) > max_line and not line.endswith(b"\n"):
-                raise errors.StreamError(f"stream event over {max_line} bytes")
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                ev = _json.loads(line)
-            except ValueError as e:
-                raise errors.StreamError(f"decode stream event: {e}") from e
-            if not isinstance(ev, dict):
-                raise errors.StreamError("stream event is not an object")
-            yield ev
+            ev = decode_event(line, max_line)
+            if ev is not None:
+                yield ev
 
     def json(self) -> Any:
         raw = self.read()
         self.close()
-        if not raw:
-            return None
-        try:
-            return _json.loads(raw)
-        except ValueError as e:
-            raise errors.StreamError(f"decode response: {e}") from e
+        return decode_json(raw)
 
     def close(self) -> None:
         """Closes the response; a read blocked in another thread returns at once."""
@@ -229,16 +242,17 @@ class _BodySource:
             self.data = bytes(body)
         elif body is not None:
             self.stream = body
-            if hasattr(body, "read"):
+            b: Any = body
+            if hasattr(b, "read"):
                 try:
-                    self.start = body.tell()  # type: ignore[union-attr]
-                    self.seekable = body.seekable()  # type: ignore[union-attr]
+                    self.start = b.tell()
+                    self.seekable = b.seekable()
                 except (OSError, AttributeError, io.UnsupportedOperation):
                     self.seekable = False
                 if self.seekable:
                     try:
-                        end = body.seek(0, io.SEEK_END)  # type: ignore[union-attr]
-                        body.seek(self.start)  # type: ignore[union-attr]
+                        end = b.seek(0, io.SEEK_END)
+                        b.seek(self.start)
                         self.length = max(end - self.start, 0)
                     except (OSError, io.UnsupportedOperation):
                         self.length = None
@@ -270,8 +284,9 @@ def _chunks(it: Iterable[bytes]) -> Iterator[bytes]:
             yield bytes(c)
 
 
-class Transport:
-    """Sends requests to one daemon, retrying idempotent calls on 429 and 503."""
+class TransportBase:
+    """What the synchronous and the asyncio transports share: where the daemon is, the
+    credentials, how a request is built and which failures are retried."""
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float | None = 60.0, retry: RetryPolicy | None = None,
@@ -298,18 +313,10 @@ class Transport:
             h.update(extra)
         return h
 
-    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                json: Any = None, body: Body = None, content_type: str | None = None,
-                headers: Mapping[str, str] | None = None, idempotent: bool = False,
-                accept: str = "application/json", stream: bool = False,
-                timeout: float | None | type[...] = ...) -> Response:
-        """Performs one call and returns its response (status < 400), or raises.
-
-        ``timeout`` (seconds, default the client's) bounds connecting, sending and waiting for
-        the response's headers; for ``stream=True`` reads of the body then wait as long as
-        the stream lasts, otherwise each read is bounded too.
-        """
-        t = self.timeout if timeout is ... else timeout
+    def prepare(self, path: str, *, query: Mapping[str, Any] | None, json: Any, body: Any,
+                content_type: str | None, headers: Mapping[str, str] | None,
+                accept: str) -> tuple[str, dict[str, str], "_BodySource"]:
+        """The URL, headers and body source of a call."""
         src = _BodySource(json, body)
         h = self.headers(headers, accept)
         if json is not None:
@@ -318,7 +325,45 @@ class Transport:
             h["Content-Type"] = content_type or "application/octet-stream"
         if src.length is not None and (body is not None or json is not None):
             h["Content-Length"] = str(src.length)
-        url = self.url(path, query)
+        return self.url(path, query), h, src
+
+    def retry_refused(self, e: BaseException, attempt: int, src: "_BodySource") -> bool:
+        """Whether a failed connection attempt is tried again (refused or no socket yet)."""
+        refused = isinstance(e, (ConnectionRefusedError, FileNotFoundError))
+        return refused and attempt < self.retry.max_attempts and src.replayable
+
+    def retry_delay(self, err: errors.APIError, attempt: int, idempotent: bool,
+                    src: "_BodySource") -> float | None:
+        """Seconds to wait before trying an error response's call again; None: raise it."""
+        if err.status not in (429, 503) or not idempotent or not src.replayable:
+            return None
+        if attempt >= self.retry.max_attempts:
+            return None
+        wait = getattr(err, "retry_after", None)
+        if wait is None:
+            return self.retry.backoff(attempt)
+        if wait > self.retry.max_retry_after:
+            return None
+        return float(wait)
+
+
+class Transport(TransportBase):
+    """Sends requests to one daemon, retrying idempotent calls on 429 and 503."""
+
+    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                json: Any = None, body: Body = None, content_type: str | None = None,
+                headers: Mapping[str, str] | None = None, idempotent: bool = False,
+                accept: str = "application/json", stream: bool = False,
+                timeout: float | None | EllipsisType = ...) -> Response:
+        """Performs one call and returns its response (status < 400), or raises.
+
+        ``timeout`` (seconds, default the client's) bounds connecting, sending and waiting for
+        the response's headers; for ``stream=True`` reads of the body then wait as long as
+        the stream lasts, otherwise each read is bounded too.
+        """
+        t = self.timeout if isinstance(timeout, EllipsisType) else timeout
+        url, h, src = self.prepare(path, query=query, json=json, body=body, content_type=content_type,
+                                   headers=headers, accept=accept)
         first: errors.APIError | None = None
         attempt = 0
         while True:
@@ -331,8 +376,7 @@ class Transport:
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
-                refused = isinstance(e, (ConnectionRefusedError, FileNotFoundError))
-                if refused and attempt < self.retry.max_attempts and src.replayable:
+                if self.retry_refused(e, attempt, src):
                     time.sleep(self.retry.backoff(attempt))
                     continue
                 if first is not None:
@@ -351,18 +395,13 @@ class Transport:
             finally:
                 conn.close()
             err = errors.error_from_response(resp.status, resp.headers, raw)
-            retryable = resp.status in (429, 503)
-            if not idempotent or not src.replayable or attempt >= self.retry.max_attempts or not retryable:
-                if first is not None and not retryable:
+            wait = self.retry_delay(err, attempt, idempotent, src)
+            if wait is None:
+                if first is not None and err.status not in (429, 503):
                     raise first
                 raise err
             if first is None:
                 first = err
-            wait = getattr(err, "retry_after", None)
-            if wait is None:
-                wait = self.retry.backoff(attempt)
-            elif wait > self.retry.max_retry_after:
-                raise err
             time.sleep(wait)
 
     def call(self, method: str, path: str, **kw: Any) -> Any:

@@ -17,6 +17,9 @@ __all__ = [
     "Sandbox",
     "CreateSandboxRequest",
     "VolumeMount",
+    "SnapshotCreate",
+    "SnapshotPromote",
+    "Snapshot",
     "VolumeCreate",
     "VolumeResize",
     "Volume",
@@ -114,6 +117,7 @@ __all__ = [
     "MCPOAuthRequest",
     "MCPOAuthStart",
     "AgentSpec",
+    "AgentSpecLlmBudget2",
     "AgentSpecLimits",
     "AgentSpecTriggers",
     "AgentSpecTriggersCronItem",
@@ -154,6 +158,26 @@ __all__ = [
     "UsageRow",
     "UsageReport",
     "VerifyReport",
+    "ListPoliciesResponse",
+    "ListApprovalsResponse",
+    "ListMCPConnectorsResponse",
+    "ListMCPServersResponse",
+    "ListMCPGrantsResponse",
+    "ListMCPToolsResponse",
+    "ListSnapshotsResponse",
+    "ListVolumesResponse",
+    "WriteVolumeFileResponse",
+    "ListAgentsResponse",
+    "ListAgentVersionsResponse",
+    "ListAgentRunsResponse",
+    "AgentWebhookResponse",
+    "ListMemoryResponse",
+    "GetMemoryResponse",
+    "RedactMemoryResponse",
+    "AgentSlackEventsResponse",
+    "ReplyAgentRunResponse",
+    "ListSecretsResponse",
+    "ListGrantsResponse",
     "ERROR_STATUS",
     "OPERATIONS",
 ]
@@ -252,6 +276,9 @@ class CreateSandboxRequest(TypedDict):
 
     name: NotRequired[SandboxName]
     template: NotRequired[str]
+    #: Start from the caller's snapshot (name or id; docs/persistence.md) instead of a
+    #: template; not with `template`.
+    snapshot: NotRequired[str]
     #: The isolation backend. `native`: Linux namespaces, cgroups, seccomp and Landlock.
     #: `gvisor`: gVisor's user-space kernel (runsc), which can checkpoint to disk on pause and
     #: fork; needs runsc (scripts/install-runsc.sh) on the host. Default: the daemon's
@@ -315,6 +342,34 @@ class VolumeMount(TypedDict):
     #: Absolute path in the sandbox, not /, /proc, /sys or /dev.
     path: str
     read_only: NotRequired[bool]
+
+
+class SnapshotCreate(TypedDict):
+    #: 1 to 63 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit; unique per
+    #: owner. Left out: the snapshot's id.
+    name: NotRequired[str]
+
+
+class SnapshotPromote(TypedDict):
+    #: The template to make or re-point, `name[:tag]`.
+    template: str
+
+
+class Snapshot(TypedDict):
+    #: Also E2B's snapshotID.
+    id: str
+    name: str
+    #: The principal that owns it.
+    owner: str
+    #: The sandbox captured (it may have ended since).
+    sandbox_id: str
+    #: The template the captured sandbox booted from.
+    template: str
+    #: The template version the snapshot is (`sha256:...`).
+    template_id: str
+    #: Disk used by the captured files.
+    size_bytes: int
+    created_at: str
 
 
 class VolumeCreate(TypedDict):
@@ -912,8 +967,14 @@ class Grant(TypedDict):
     secret_id: NotRequired[str]
     #: The sandbox, or:
     sandbox: NotRequired[str]
-    #: every sandbox of this principal.
+    #: every sandbox of this principal, or:
     principal: NotRequired[str]
+    #: the middleware of this name, whose script reads the value itself (`secrets.NAME`, when
+    #: its definition lists NAME): admin scope only, never an agent's key, and only an
+    #: installed middleware. `hosts` are then optional and bound where its `fetch` may send the
+    #: value; `header`, `path_prefix` and `env_name` do not apply. Removing the middleware
+    #: through the API removes its grants.
+    middleware: NotRequired[str]
     hosts: NotRequired[list[str]]
     header: NotRequired[str]
     path_prefix: NotRequired[str]
@@ -964,14 +1025,16 @@ class PolicyWrite(TypedDict):
 class PolicyGuard(TypedDict):
     """Guardrails (docs/guardrails.md): detectors run over the content of the targeted actions
     after the rules. block refuses naming the detector and kind; mask replaces the spans
-    (file.write, mcp.call, mcp.result, memory.write; JSON stays valid); flag allows and
-    records the findings (log_only); require_approval holds the action. Findings never carry
-    the value.
+    (file.write, mcp.call, mcp.result, memory.write, llm.prompt, llm.response; JSON stays
+    valid); flag allows and records the findings (log_only); require_approval holds the
+    action. llm.prompt is an LLM gateway call's request body, llm.response its answer (a
+    stream is screened at its end and its findings recorded only). Findings never carry the
+    value.
     """
 
     detectors: list[Literal["secrets", "pii", "injection"]]
     #: What is screened; empty is all. A file write's body is screened up to 8 MiB.
-    targets: NotRequired[list[Literal["exec", "file.write", "code.run", "mcp.call", "mcp.result", "memory.write"]]]
+    targets: NotRequired[list[Literal["exec", "file.write", "code.run", "mcp.call", "mcp.result", "memory.write", "llm.prompt", "llm.response"]]]
     #: Minimum confidence in (0, 1] per detector.
     thresholds: NotRequired[dict[str, float]]
     action: Literal["block", "mask", "flag", "require_approval"]
@@ -1044,9 +1107,32 @@ class MiddlewareWrite(TypedDict):
     max_memory_mb: NotRequired[int]
     #: Hosts fetch may reach: host or *.domain.
     allowed_domains: NotRequired[list[str]]
-    #: Secret names the script may read (secrets.NAME).
+    #: Secret names the script may read (secrets.NAME), each once an admin grants it a secret
+    #: of that name (createGrant with `middleware`).
     secrets: NotRequired[list[str]]
     disabled: NotRequired[bool]
+
+
+class Middleware(TypedDict):
+    #: Default: the path's name; must match it.
+    name: str
+    #: The action kinds it runs for (mcp.call, exec, pty, code.run, ...).
+    kinds: list[str]
+    #: JavaScript defining pre(action) and/or post(action, result).
+    script: str
+    #: Default closed: a failure refuses the action.
+    on_error: NotRequired[Literal["closed", "open"]]
+    #: Default 200.
+    timeout_ms: NotRequired[int]
+    #: Default 64.
+    max_memory_mb: NotRequired[int]
+    #: Hosts fetch may reach: host or *.domain.
+    allowed_domains: NotRequired[list[str]]
+    #: Secret names the script may read (secrets.NAME), each once an admin grants it a secret
+    #: of that name (createGrant with `middleware`).
+    secrets: NotRequired[list[str]]
+    disabled: NotRequired[bool]
+    source: Literal["config", "api"]
 
 
 class MiddlewareList(TypedDict):
@@ -1321,14 +1407,25 @@ class AgentSpec(TypedDict):
     secrets: NotRequired[list[str]]
     #: Scopes of each run's key (default mcp:use, llm:use).
     scopes: NotRequired[list[Scope]]
-    #: An LLM budget's name (recorded).
-    llm_budget: NotRequired[str]
+    #: What all the agent's runs may spend on the LLM gateway per period, enforced as a gateway
+    #: budget scoped to the agent (named agent:NAME). The older form, a string naming a budget,
+    #: is recorded only.
+    llm_budget: NotRequired[str | AgentSpecLlmBudget2]
     network: NotRequired[NetworkPolicy]
     limits: NotRequired[AgentSpecLimits]
     #: Governance policies that apply (recorded).
     policies: NotRequired[list[str]]
     concurrency: NotRequired[int]
     triggers: NotRequired[AgentSpecTriggers]
+
+
+class AgentSpecLlmBudget2(TypedDict):
+    #: UTC; default day.
+    period: NotRequired[Literal["day", "month"]]
+    #: Input plus output tokens.
+    tokens: NotRequired[int]
+    #: Cost at the gateway's prices.
+    usd: NotRequired[float]
 
 
 class AgentSpecLimits(TypedDict):
@@ -1355,6 +1452,9 @@ class AgentSpecTriggersCronItem(TypedDict):
     max_parallel: NotRequired[int]
     #: The runs' input (default the schedule and the time).
     input: NotRequired[Any]
+    #: Fire once when wardend starts for the fires missed while it was down (default skip
+    #: them).
+    catch_up: NotRequired[bool]
 
 
 class AgentSpecTriggersSlack(TypedDict):
@@ -1457,6 +1557,12 @@ class AgentRun(TypedDict):
     started_at: NotRequired[str]
     ended_at: NotRequired[str]
     duration_ms: NotRequired[int]
+    #: LLM gateway calls made with the run's key.
+    llm_calls: NotRequired[int]
+    tokens_in: NotRequired[int]
+    tokens_out: NotRequired[int]
+    #: Their cost in micro-dollars, at the gateway's prices.
+    cost_micros: NotRequired[int]
 
 
 class AgentLogLine(TypedDict):
@@ -1685,7 +1791,7 @@ class LLMBudgets(TypedDict):
 
 
 class UsageRow(TypedDict):
-    #: The group's principal, agent, provider/model or day.
+    #: The group's principal, agent, sandbox, provider/model or day.
     key: str
     llm_calls: int
     llm_tokens_in: int
@@ -1693,13 +1799,34 @@ class UsageRow(TypedDict):
     #: Cost in micro-dollars.
     llm_cost_micros: int
     llm_cost_usd: float
+    #: How many sandboxes the sandbox figures cover.
+    sandboxes: int
+    #: CPU time the sandboxes used (their cgroups' counters).
+    cpu_seconds: float
+    #: The sandboxes' memory charge integrated over time (sampled every 5 s, at pauses, resumes
+    #: and ends).
+    memory_gib_seconds: float
+    #: Payload bytes from the sandboxes to the internet.
+    egress_bytes_out: int
+    #: Payload bytes from the internet to the sandboxes.
+    egress_bytes_in: int
+    running_seconds: float
+    paused_seconds: float
+    #: Sum over the sandboxes of the most disk each held in the range (0 where unknown).
+    disk_bytes: int
 
 
-class UsageReport(TypedDict):
-    group_by: str
-    from_day: str
-    to_day: str
-    rows: list[UsageRow]
+UsageReport = TypedDict(
+    "UsageReport",
+    {
+        "group_by": "str",
+        "from_day": "str",
+        "to_day": "str",
+        "from": "str",
+        "to": "str",
+        "rows": "list[UsageRow]",
+    },
+)
 
 
 class VerifyReport(TypedDict):
@@ -1707,6 +1834,96 @@ class VerifyReport(TypedDict):
     #: Number of events checked.
     checked: int
     problems: list[VerifyProblem]
+
+
+class ListPoliciesResponse(TypedDict):
+    policies: list[Policy]
+
+
+class ListApprovalsResponse(TypedDict):
+    approvals: list[Approval]
+
+
+class ListMCPConnectorsResponse(TypedDict):
+    connectors: list[MCPConnector]
+
+
+class ListMCPServersResponse(TypedDict):
+    servers: list[MCPServer]
+
+
+class ListMCPGrantsResponse(TypedDict):
+    grants: list[MCPGrant]
+
+
+class ListMCPToolsResponse(TypedDict):
+    tools: list[MCPTool]
+
+
+class ListSnapshotsResponse(TypedDict):
+    snapshots: list[Snapshot]
+
+
+class ListVolumesResponse(TypedDict):
+    volumes: list[Volume]
+
+
+class WriteVolumeFileResponse(TypedDict):
+    path: str
+    #: Bytes written.
+    size: int
+
+
+class ListAgentsResponse(TypedDict):
+    agents: list[Agent]
+
+
+class ListAgentVersionsResponse(TypedDict):
+    versions: list[AgentVersion]
+
+
+class ListAgentRunsResponse(TypedDict):
+    runs: list[AgentRun]
+
+
+class AgentWebhookResponse(TypedDict):
+    run_id: str
+    state: AgentRunState
+
+
+class ListMemoryResponse(TypedDict):
+    agent: str
+    entries: list[MemoryEntry]
+
+
+class GetMemoryResponse(TypedDict):
+    agent: str
+    key: str
+    entry: MemoryEntry | Any | None
+    versions: list[MemoryEntry]
+
+
+class RedactMemoryResponse(TypedDict):
+    agent: str
+    key: str
+    versions_redacted: int
+
+
+class AgentSlackEventsResponse(TypedDict):
+    challenge: NotRequired[str]
+
+
+class ReplyAgentRunResponse(TypedDict):
+    #: The reply's Slack timestamp.
+    ts: str
+
+
+class ListSecretsResponse(TypedDict):
+    secrets: NotRequired[list[Secret]]
+
+
+class ListGrantsResponse(TypedDict):
+    grants: NotRequired[list[Grant]]
 
 # Stable, machine-readable error code. Each code has one HTTP status.
 ErrorCode = Literal["bad_request", "invalid_json", "validation_failed", "unauthenticated", "forbidden", "permission_denied", "not_found", "conflict", "payload_too_large", "rate_limited", "unavailable", "internal", "timeout", "bad_gateway", "approval_required"]
@@ -1734,8 +1951,6 @@ CodeLanguage = Literal["python", "javascript", "typescript", "bash", "r", "java"
 # One line of a code run's stream (E2B's code-interpreter shapes). `type` tells which fields are
 # present.
 CodeEvent = CodeOutputEvent | CodeResultEvent | CodeErrorEvent | CodeCountEvent | CodeEndEvent
-
-Middleware = Any
 
 AgentRunState = Literal["queued", "running", "succeeded", "failed", "timed_out", "cancelled"]
 
@@ -1783,6 +1998,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "createPreviewURL": ("POST", "/v1/sandboxes/{id}/ports/{port}/url"),
     "createPrincipal": ("POST", "/v1/principals"),
     "createSandbox": ("POST", "/v1/sandboxes"),
+    "createSnapshot": ("POST", "/v1/sandboxes/{id}/snapshots"),
     "createVolume": ("POST", "/v1/volumes"),
     "deleteAgent": ("DELETE", "/v1/agents/{name}"),
     "deleteCodeContext": ("DELETE", "/v1/sandboxes/{id}/code/contexts/{ctx}"),
@@ -1792,6 +2008,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "deleteMiddleware": ("DELETE", "/v1/middleware/{name}"),
     "deletePolicy": ("DELETE", "/v1/policies/{id}"),
     "deleteSecret": ("DELETE", "/v1/secrets/{id}"),
+    "deleteSnapshot": ("DELETE", "/v1/snapshots/{name}"),
     "deleteTemplate": ("DELETE", "/v1/templates/{name}"),
     "deleteVolume": ("DELETE", "/v1/volumes/{name}"),
     "diffMemory": ("GET", "/v1/agents/{name}/memory/diff"),
@@ -1819,6 +2036,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "getSandbox": ("GET", "/v1/sandboxes/{id}"),
     "getSandboxLogs": ("GET", "/v1/sandboxes/{id}/logs"),
     "getSandboxUsage": ("GET", "/v1/sandboxes/{id}/usage"),
+    "getSnapshot": ("GET", "/v1/snapshots/{name}"),
     "getTemplate": ("GET", "/v1/templates/{name}"),
     "getUsage": ("GET", "/v1/usage"),
     "getVolume": ("GET", "/v1/volumes/{name}"),
@@ -1848,6 +2066,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "listProcesses": ("GET", "/v1/sandboxes/{id}/processes"),
     "listSandboxes": ("GET", "/v1/sandboxes"),
     "listSecrets": ("GET", "/v1/secrets"),
+    "listSnapshots": ("GET", "/v1/snapshots"),
     "listTemplates": ("GET", "/v1/templates"),
     "listVolumes": ("GET", "/v1/volumes"),
     "makeDir": ("POST", "/v1/sandboxes/{id}/fs/mkdir"),
@@ -1855,6 +2074,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "openPty": ("GET", "/v1/sandboxes/{id}/pty"),
     "pauseSandbox": ("POST", "/v1/sandboxes/{id}/pause"),
     "presignFile": ("POST", "/v1/sandboxes/{id}/files/presign"),
+    "promoteSnapshot": ("POST", "/v1/snapshots/{name}/promote"),
     "proxyPort": ("GET", "/v1/sandboxes/{id}/ports/{port}/proxy/{path}"),
     "publishPort": ("POST", "/v1/sandboxes/{id}/ports/{port}"),
     "putMCPCredential": ("PUT", "/v1/mcp/connectors/{id}/credentials"),

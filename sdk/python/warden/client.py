@@ -7,18 +7,22 @@ import json as _json
 import os
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, Callable, Iterable, Iterator, Literal, Mapping, Sequence, cast
+from typing import IO, Any, BinaryIO, Callable, Iterable, Iterator, List, Literal, Mapping, Sequence, cast
 
 from . import _types as t
 from . import errors
-from ._http import CHUNK, Body, Response, RetryPolicy, Transport, quote
+from ._http import CHUNK, Body, Response, RetryPolicy, Transport, TransportBase, quote
 from ._ws import OP_BINARY, OP_CLOSE, OP_TEXT, WebSocket
 
 __all__ = [
     "Warden", "Sandbox", "Process", "ProcessOutput", "ExecResult", "Files", "WatchHandle",
     "Pty", "Execution", "CodeResult", "CodeError",
 ]
+
+#: The states of an agent run that has ended.
+RUN_ENDED = frozenset({"succeeded", "failed", "timed_out", "cancelled"})
 
 #: Operation ids of the spec that this client implements (see tests/test_coverage.py).
 COVERED: set[str] = set()
@@ -79,6 +83,27 @@ class ExecResult:
 OutputCallback = Callable[[str], Any]
 
 
+def process_event(ev: Mapping[str, Any]) -> tuple[int, ExecResult | None, errors.APIError | None]:
+    """What an event of a process stream tells: the pid (start), how it ended (end), or the
+    error it carries; shared by both clients."""
+    typ = ev.get("type")
+    if typ == "start" and ev.get("pid"):
+        return int(ev["pid"]), None, None
+    if typ == "end":
+        return 0, ExecResult(exit_code=int(ev.get("exit_code") or 0), signal=int(ev.get("signal") or 0),
+                             status=str(ev.get("status") or ""), error=str(ev.get("error") or "")), None
+    if typ == "error":
+        return 0, None, errors.error_from_event(ev)
+    return 0, None, None
+
+
+def output_of(ev: Mapping[str, Any]) -> ProcessOutput | None:
+    """The output piece an event of a process stream carries, if any."""
+    if ev.get("type") in ("stdout", "stderr", "pty"):
+        return ProcessOutput(str(ev["type"]), base64.b64decode(ev.get("data") or ""))
+    return None
+
+
 class Process:
     """A process in a sandbox, with its event stream attached.
 
@@ -105,6 +130,7 @@ class Process:
             self._pending = ev
 
     def _next_event(self) -> dict[str, Any] | None:
+        ev: dict[str, Any] | None
         if self._pending is not None:
             ev, self._pending = self._pending, None
             return ev
@@ -116,16 +142,15 @@ class Process:
             if self.result is None:
                 raise errors.StreamError("process stream ended before the end event")
             return None
-        typ = ev.get("type")
-        if typ == "start" and ev.get("pid"):
-            self.pid = int(ev["pid"])
-        elif typ == "end":
-            self.result = ExecResult(exit_code=int(ev.get("exit_code") or 0), signal=int(ev.get("signal") or 0),
-                                     status=str(ev.get("status") or ""), error=str(ev.get("error") or ""))
+        pid, result, err = process_event(ev)
+        if pid:
+            self.pid = pid
+        if result is not None:
+            self.result = result
             self.close()
-        elif typ == "error":
+        if err is not None:
             self.close()
-            raise errors.error_from_event(ev)
+            raise err
         return ev
 
     def events(self) -> Iterator[t.ProcessEvent]:
@@ -140,8 +165,9 @@ class Process:
 
     def __iter__(self) -> Iterator[ProcessOutput]:
         for ev in self.events():
-            if ev.get("type") in ("stdout", "stderr", "pty"):
-                yield ProcessOutput(str(ev["type"]), base64.b64decode(ev.get("data") or ""))
+            piece = output_of(ev)
+            if piece is not None:
+                yield piece
 
     def wait(self, on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
              *, capture: bool = True) -> ExecResult:
@@ -209,7 +235,7 @@ class CodeResult:
     def text(self) -> str | None:
         return self.raw.get("text")
 
-    def formats(self) -> list[str]:
+    def formats(self) -> List[str]:
         return [k for k in self.raw if k not in ("type", "is_main_result", "extra") and self.raw[k] is not None]
 
     def _bin(self, k: str) -> bytes | None:
@@ -256,6 +282,52 @@ class Execution:
         return None
 
 
+class CodeRun:
+    """Folds the events of a code run into an :class:`Execution`, calling the callbacks;
+    shared by both clients (the asyncio one awaits what a callback returns)."""
+
+    def __init__(self, on_stdout: Callable[[str], Any] | None = None, on_stderr: Callable[[str], Any] | None = None,
+                 on_result: Callable[[CodeResult], Any] | None = None,
+                 on_error: Callable[[CodeError], Any] | None = None) -> None:
+        self.execution = Execution()
+        self._cb = (on_stdout, on_stderr, on_result, on_error)
+        #: What the callbacks returned for the last event (awaitables for the asyncio client).
+        self.returned: list[Any] = []
+
+    def _call(self, cb: Callable[[Any], Any] | None, arg: Any) -> None:
+        if cb is not None:
+            self.returned.append(cb(arg))
+
+    def feed(self, ev: Mapping[str, Any]) -> bool:
+        """Takes one event; True once the run has ended. Raises a stream error event."""
+        ex = self.execution
+        on_stdout, on_stderr, on_result, on_error = self._cb
+        self.returned = []
+        typ = ev.get("type")
+        if typ == "stdout":
+            ex.stdout.append(ev.get("text", ""))
+            self._call(on_stdout, ev.get("text", ""))
+        elif typ == "stderr":
+            ex.stderr.append(ev.get("text", ""))
+            self._call(on_stderr, ev.get("text", ""))
+        elif typ == "result":
+            res = CodeResult(dict(ev))
+            ex.results.append(res)
+            self._call(on_result, res)
+        elif typ == "error":
+            if "name" not in ev and "code" in ev:
+                raise errors.error_from_event(ev)
+            ex.error = CodeError(str(ev.get("name", "")), str(ev.get("value", "")), str(ev.get("traceback", "")))
+            self._call(on_error, ex.error)
+        elif typ == "number_of_executions":
+            ex.execution_count = int(ev.get("execution_count") or 0)
+        elif typ == "end_of_execution":
+            return True
+        elif typ == "unexpected_end_of_execution":
+            raise errors.StreamError("code run ended before end_of_execution")
+        return False
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -295,7 +367,7 @@ class Files:
 
     def __init__(self, sb: "Sandbox") -> None:
         self._sb = sb
-        self._tr = sb._tr
+        self._tr: Transport = sb._tr
 
     def _p(self, suffix: str) -> str:
         return f"/v1/sandboxes/{quote(self._sb.id)}{suffix}"
@@ -371,7 +443,7 @@ class Files:
             return False
 
     @_op("listDir")
-    def list(self, path: str, *, depth: int | None = None) -> list[t.Entry]:
+    def list(self, path: str, *, depth: int | None = None) -> List[t.Entry]:
         r = self._tr.call("GET", self._p("/fs/list"), query={"path": path, "depth": depth}, idempotent=True)
         return list(r.get("entries") or [])
 
@@ -489,7 +561,7 @@ class Sandbox:
 
     def __init__(self, client: "Warden", info: t.Sandbox) -> None:
         self.client = client
-        self._tr = client._tr
+        self._tr: Transport = client._tr
         self.info = info
         self.id: str = info["id"]
         self.files = Files(self)
@@ -540,11 +612,16 @@ class Sandbox:
 
     @_op("forkSandbox")
     def fork(self, count: int | None = None, *, name: str | None = None, timeout_seconds: int | None = None,
-             metadata: Mapping[str, str] | None = None) -> list["Sandbox"]:
+             metadata: Mapping[str, str] | None = None) -> List["Sandbox"]:
         """Copies the running sandbox (memory and disk) into ``count`` new ones."""
         body = _clean({"count": count, "name": name, "timeout_seconds": timeout_seconds, "metadata": metadata})
         r = self._tr.call("POST", self._p("/fork"), json=body)
         return [Sandbox(self.client, s) for s in r.get("sandboxes") or []]
+
+    @_op("createSnapshot")
+    def snapshot(self, name: str | None = None) -> t.Snapshot:
+        """Saves the sandbox's files (it keeps running) as a snapshot, named ``name`` or by its id."""
+        return self._tr.call("POST", self._p("/snapshots"), json=_clean({"name": name}))
 
     @_op("getNetwork")
     def network(self) -> t.NetworkStatus:
@@ -554,7 +631,8 @@ class Sandbox:
     def set_network(self, mode: Literal["none", "allowlist", "open"],
                     allow: Sequence[str | t.NetworkPolicyAllowItem] | None = None) -> t.NetworkStatus:
         """Replaces the network policy; an ``allow`` entry is a rule, or a host name."""
-        rules = None if allow is None else [{"host": a} if isinstance(a, str) else dict(a) for a in allow]
+        rules = None if allow is None else [{"host": a} if isinstance(a, str) else dict(cast(Mapping[str, Any], a))
+                                            for a in allow]
         return self._tr.call("PUT", self._p("/network"), json=_clean({"mode": mode, "allow": rules}), idempotent=True)
 
     @_op("getSandboxUsage")
@@ -603,9 +681,10 @@ class Sandbox:
             failed: list[BaseException] = []
             th = None
             if input is not None:
+                data = input.encode() if isinstance(input, str) else input
+
                 def feed() -> None:
                     try:
-                        data = input.encode() if isinstance(input, str) else input
                         for i in range(0, len(data), CHUNK):
                             p.send_stdin(data[i:i + CHUNK])
                         p.close_stdin()
@@ -631,7 +710,7 @@ class Sandbox:
         return p
 
     @_op("listProcesses")
-    def processes(self) -> list[t.ProcessInfo]:
+    def processes(self) -> List[t.ProcessInfo]:
         return list(self._tr.call("GET", self._p("/processes"), idempotent=True).get("processes") or [])
 
     @_op("sendProcessStdin")
@@ -667,36 +746,12 @@ class Sandbox:
         """Runs a cell in a stateful interpreter and returns its results."""
         body = _clean({"code": code, "language": language, "context_id": context_id, "env": env,
                        "timeout_seconds": timeout_seconds, "user": user})
-        ex = Execution()
+        run = CodeRun(on_stdout, on_stderr, on_result, on_error)
         with self._tr.request("POST", self._p("/code/run"), json=body, accept="application/x-ndjson",
                               stream=True) as r:
             for ev in r.iter_lines():
-                typ = ev.get("type")
-                if typ == "stdout":
-                    ex.stdout.append(ev.get("text", ""))
-                    if on_stdout:
-                        on_stdout(ev.get("text", ""))
-                elif typ == "stderr":
-                    ex.stderr.append(ev.get("text", ""))
-                    if on_stderr:
-                        on_stderr(ev.get("text", ""))
-                elif typ == "result":
-                    res = CodeResult(ev)
-                    ex.results.append(res)
-                    if on_result:
-                        on_result(res)
-                elif typ == "error":
-                    if "name" not in ev and "code" in ev:
-                        raise errors.error_from_event(ev)
-                    ex.error = CodeError(str(ev.get("name", "")), str(ev.get("value", "")), str(ev.get("traceback", "")))
-                    if on_error:
-                        on_error(ex.error)
-                elif typ == "number_of_executions":
-                    ex.execution_count = int(ev.get("execution_count") or 0)
-                elif typ == "end_of_execution":
-                    return ex
-                elif typ == "unexpected_end_of_execution":
-                    break
+                if run.feed(ev):
+                    return run.execution
         raise errors.StreamError("code run ended before end_of_execution")
 
     @_op("createCodeContext")
@@ -705,7 +760,7 @@ class Sandbox:
         return self._tr.call("POST", self._p("/code/contexts"), json=_clean({"language": language, "cwd": cwd, "user": user}))
 
     @_op("listCodeContexts")
-    def code_contexts(self) -> list[t.CodeContext]:
+    def code_contexts(self) -> List[t.CodeContext]:
         return list(self._tr.call("GET", self._p("/code/contexts"), idempotent=True).get("contexts") or [])
 
     @_op("restartCodeContext")
@@ -748,7 +803,7 @@ class Sandbox:
 class _NS:
     def __init__(self, client: "Warden") -> None:
         self._c = client
-        self._tr = client._tr
+        self._tr: Transport = client._tr
 
 
 class Sandboxes(_NS):
@@ -758,12 +813,13 @@ class Sandboxes(_NS):
                env: Mapping[str, str] | None = None, metadata: Mapping[str, str] | None = None,
                timeout_seconds: int | None = None, user: str | None = None, workdir: str | None = None,
                auto_pause: bool | None = None, auto_resume: bool | None = None, sudo: bool | None = None,
-               network: t.NetworkPolicy | None = None) -> Sandbox:
+               network: t.NetworkPolicy | None = None, snapshot: str | None = None) -> Sandbox:
         """Creates a sandbox and returns it running. ``with`` kills it on exit."""
         body = _clean({"template": template, "name": name, "isolation": isolation, "cpu_millis": cpu_millis,
                        "memory_mb": memory_mb, "disk_mb": disk_mb, "env": env, "metadata": metadata,
                        "timeout_seconds": timeout_seconds, "user": user, "workdir": workdir,
-                       "auto_pause": auto_pause, "auto_resume": auto_resume, "sudo": sudo, "network": network})
+                       "auto_pause": auto_pause, "auto_resume": auto_resume, "sudo": sudo, "network": network,
+                       "snapshot": snapshot})
         return Sandbox(self._c, self._tr.call("POST", "/v1/sandboxes", json=body))
 
     @_op("getSandbox")
@@ -804,7 +860,7 @@ class Sandboxes(_NS):
 
 class Templates(_NS):
     @_op("listTemplates")
-    def list(self) -> list[t.Template]:
+    def list(self) -> List[t.Template]:
         return list(self._tr.call("GET", "/v1/templates", idempotent=True).get("templates") or [])
 
     @_op("getTemplate")
@@ -919,7 +975,7 @@ class Secrets(_NS):
         return self._tr.call("POST", "/v1/secrets", json={"name": name, "value": value})
 
     @_op("listSecrets")
-    def list(self) -> list[t.Secret]:
+    def list(self) -> List[t.Secret]:
         return list(self._tr.call("GET", "/v1/secrets", idempotent=True).get("secrets") or [])
 
     @_op("revokeSecret")
@@ -931,15 +987,17 @@ class Secrets(_NS):
         self._tr.call("DELETE", f"/v1/secrets/{quote(id)}", idempotent=True)
 
     @_op("createGrant")
-    def grant(self, secret_id: str, *, hosts: Sequence[str], sandbox: str | None = None, principal: str | None = None,
-              header: str | None = None, path_prefix: str | None = None, env_name: str | None = None) -> t.Grant:
-        """Lets a sandbox (or a principal's sandboxes) use the secret on the given hosts."""
-        body = _clean({"hosts": list(hosts), "sandbox": sandbox, "principal": principal, "header": header,
-                       "path_prefix": path_prefix, "env_name": env_name})
+    def grant(self, secret_id: str, *, hosts: Sequence[str] | None = None, sandbox: str | None = None,
+              principal: str | None = None, middleware: str | None = None, header: str | None = None,
+              path_prefix: str | None = None, env_name: str | None = None) -> t.Grant:
+        """Lets a sandbox (or a principal's sandboxes) use the secret on the given hosts, or an
+        installed middleware read it (``middleware``; ``hosts`` then optional)."""
+        body = _clean({"hosts": None if hosts is None else list(hosts), "sandbox": sandbox, "principal": principal,
+                       "middleware": middleware, "header": header, "path_prefix": path_prefix, "env_name": env_name})
         return self._tr.call("POST", f"/v1/secrets/{quote(secret_id)}/grants", json=body)
 
     @_op("listGrants")
-    def grants(self, secret_id: str) -> list[t.Grant]:
+    def grants(self, secret_id: str) -> List[t.Grant]:
         return list(self._tr.call("GET", f"/v1/secrets/{quote(secret_id)}/grants", idempotent=True).get("grants") or [])
 
     @_op("revokeGrant")
@@ -954,7 +1012,7 @@ class Keys(_NS):
         return self._tr.call("POST", "/v1/keys", json=_clean({"scopes": list(scopes), "principal_id": principal_id, "name": name}))
 
     @_op("listKeys")
-    def list(self) -> list[t.APIKey]:
+    def list(self) -> List[t.APIKey]:
         return list(self._tr.call("GET", "/v1/keys", idempotent=True).get("keys") or [])
 
     @_op("revokeKey")
@@ -968,7 +1026,7 @@ class Principals(_NS):
         return self._tr.call("POST", "/v1/principals", json={"kind": kind, "name": name})
 
     @_op("listPrincipals")
-    def list(self) -> list[t.Principal]:
+    def list(self) -> List[t.Principal]:
         return list(self._tr.call("GET", "/v1/principals", idempotent=True).get("principals") or [])
 
 
@@ -1001,7 +1059,7 @@ class Policies(_NS):
         return self._tr.call("POST", "/v1/policies", json=dict(policy))
 
     @_op("listPolicies")
-    def list(self) -> list[t.Policy]:
+    def list(self) -> List[t.Policy]:
         return list(self._tr.call("GET", "/v1/policies", idempotent=True).get("policies") or [])
 
     @_op("getPolicy")
@@ -1033,7 +1091,7 @@ class Policies(_NS):
 
     @_op("evalGuard")
     def eval_guard(self, jsonl: Body, *, split: str | None = None,
-                   detectors: Sequence[str] | None = None) -> dict[str, Any]:
+                   detectors: Sequence[str] | None = None) -> t.GuardEvalReport:
         """Measures the guard's detectors on labelled JSONL (``{"text", "label", "split"}``
         lines; bytes, a file object or an iterable, streamed)."""
         return self._tr.call("POST", "/v1/guard/eval", body=jsonl, content_type="application/x-ndjson",
@@ -1043,7 +1101,7 @@ class Policies(_NS):
 
 class Approvals(_NS):
     @_op("listApprovals")
-    def list(self, *, state: str | None = None, principal: str | None = None, limit: int | None = None) -> list[t.Approval]:
+    def list(self, *, state: str | None = None, principal: str | None = None, limit: int | None = None) -> List[t.Approval]:
         r = self._tr.call("GET", "/v1/approvals", query={"state": state, "principal": principal, "limit": limit}, idempotent=True)
         return list(r.get("approvals") or [])
 
@@ -1068,7 +1126,7 @@ class MCP(_NS):
         return self._tr.call("POST", "/v1/mcp/connectors", json=dict(connector))
 
     @_op("listMCPConnectors")
-    def connectors(self) -> list[t.MCPConnector]:
+    def connectors(self) -> List[t.MCPConnector]:
         return list(self._tr.call("GET", "/v1/mcp/connectors", idempotent=True).get("connectors") or [])
 
     @_op("getMCPConnector")
@@ -1097,7 +1155,7 @@ class MCP(_NS):
         return self._tr.call("POST", "/v1/mcp/servers", json=dict(server))
 
     @_op("listMCPServers")
-    def servers(self) -> list[t.MCPServer]:
+    def servers(self) -> List[t.MCPServer]:
         return list(self._tr.call("GET", "/v1/mcp/servers", idempotent=True).get("servers") or [])
 
     @_op("getMCPServer")
@@ -1113,7 +1171,7 @@ class MCP(_NS):
         self._tr.call("DELETE", f"/v1/mcp/servers/{quote(id)}", idempotent=True)
 
     @_op("listMCPGrants")
-    def grants(self, server_id: str) -> list[t.MCPGrant]:
+    def grants(self, server_id: str) -> List[t.MCPGrant]:
         return list(self._tr.call("GET", f"/v1/mcp/servers/{quote(server_id)}/grants", idempotent=True).get("grants") or [])
 
     @_op("grantMCPServer")
@@ -1125,7 +1183,7 @@ class MCP(_NS):
         self._tr.call("DELETE", f"/v1/mcp/servers/{quote(server_id)}/grants/{quote(principal)}", idempotent=True)
 
     @_op("listMCPTools")
-    def tools(self, *, state: str | None = None, connector: str | None = None, tool: str | None = None) -> list[t.MCPTool]:
+    def tools(self, *, state: str | None = None, connector: str | None = None, tool: str | None = None) -> List[t.MCPTool]:
         r = self._tr.call("GET", "/v1/mcp/tools", query={"state": state, "connector": connector, "tool": tool}, idempotent=True)
         return list(r.get("tools") or [])
 
@@ -1134,7 +1192,7 @@ class MCP(_NS):
         return self._tr.call("POST", f"/v1/mcp/tools/{quote(connector)}/{quote(tool)}/{quote(hash)}/approve")
 
     @_op("startMCPOAuth")
-    def start_oauth(self, connector_id: str, request: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def start_oauth(self, connector_id: str, request: t.MCPOAuthRequest | Mapping[str, Any] | None = None) -> t.MCPOAuthStart:
         """Starts a connector's OAuth authorization; returns where to send the user."""
         return self._tr.call("POST", f"/v1/mcp/connectors/{quote(connector_id)}/oauth", json=dict(request or {}))
 
@@ -1147,19 +1205,19 @@ class Agents(_NS):
     """Hosted agents: definitions, runs, triggers and their memory."""
 
     @_op("createAgent")
-    def create(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def create(self, spec: t.AgentSpec | Mapping[str, Any]) -> t.Agent:
         return self._tr.call("POST", "/v1/agents", json=dict(spec))
 
     @_op("listAgents")
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> List[t.Agent]:
         return list(self._tr.call("GET", "/v1/agents", idempotent=True).get("agents") or [])
 
     @_op("getAgent")
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> t.Agent:
         return self._tr.call("GET", f"/v1/agents/{quote(name)}", idempotent=True)
 
     @_op("updateAgent")
-    def update(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def update(self, name: str, spec: t.AgentSpec | Mapping[str, Any]) -> t.Agent:
         return self._tr.call("PUT", f"/v1/agents/{quote(name)}", json=dict(spec), idempotent=True)
 
     @_op("deleteAgent")
@@ -1167,45 +1225,58 @@ class Agents(_NS):
         self._tr.call("DELETE", f"/v1/agents/{quote(name)}", idempotent=True)
 
     @_op("listAgentVersions")
-    def versions(self, name: str) -> list[dict[str, Any]]:
+    def versions(self, name: str) -> List[t.AgentVersion]:
         return list(self._tr.call("GET", f"/v1/agents/{quote(name)}/versions", idempotent=True).get("versions") or [])
 
     @_op("runAgent")
-    def run(self, name: str, input: Any = None) -> dict[str, Any]:
+    def run(self, name: str, input: Any = None) -> t.AgentRun:
         """Starts a run; returns it queued."""
         return self._tr.call("POST", f"/v1/agents/{quote(name)}/runs", json=_clean({"input": input}))
 
     @_op("listAgentRuns")
-    def runs(self, name: str, *, state: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    def runs(self, name: str, *, state: str | None = None, limit: int | None = None) -> List[t.AgentRun]:
         r = self._tr.call("GET", f"/v1/agents/{quote(name)}/runs", query={"state": state, "limit": limit}, idempotent=True)
         return list(r.get("runs") or [])
 
     @_op("agentWebhook")
-    def webhook(self, name: str, payload: Any) -> dict[str, Any]:
+    def webhook(self, name: str, payload: Any) -> t.AgentWebhookResponse:
         return self._tr.call("POST", f"/v1/agents/{quote(name)}/webhook", json=payload)
 
     @_op("getAgentRun")
-    def get_run(self, run_id: str) -> dict[str, Any]:
+    def get_run(self, run_id: str) -> t.AgentRun:
         return self._tr.call("GET", f"/v1/agent-runs/{quote(run_id)}", idempotent=True)
 
+    def wait_run(self, run_id: str, *, timeout: float = 600.0, poll: float = 0.5) -> t.AgentRun:
+        """Polls a run until it has ended (succeeded, failed, timed_out or cancelled) and
+        returns it; raises TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.get_run(run_id)
+            if r["state"] in RUN_ENDED:
+                return r
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"agent run {run_id} still {r['state']} after {timeout} s")
+            time.sleep(poll)
+
     @_op("getAgentRunLogs")
-    def run_logs(self, run_id: str, *, follow: bool = False) -> Iterator[dict[str, Any]]:
+    def run_logs(self, run_id: str, *, follow: bool = False) -> Iterator[t.AgentLogLine]:
         """Yields a run's log lines; with follow, until the run ends."""
         with self._tr.request("GET", f"/v1/agent-runs/{quote(run_id)}/logs", query={"follow": follow},
                               accept="application/x-ndjson", idempotent=True, stream=True) as r:
-            yield from r.iter_lines()
+            for ev in r.iter_lines():
+                yield cast(t.AgentLogLine, ev)
 
     @_op("cancelAgentRun")
-    def cancel_run(self, run_id: str) -> dict[str, Any]:
+    def cancel_run(self, run_id: str) -> t.AgentRun:
         return self._tr.call("POST", f"/v1/agent-runs/{quote(run_id)}/cancel")
 
     @_op("replyAgentRun")
-    def reply(self, run_id: str, text: str) -> dict[str, Any]:
+    def reply(self, run_id: str, text: str) -> t.ReplyAgentRunResponse:
         """Posts text in the Slack thread that started the run (while it runs)."""
         return self._tr.call("POST", f"/v1/agent-runs/{quote(run_id)}/reply", json={"text": text})
 
     @_op("agentSlackEvents")
-    def forward_slack_event(self, name: str, body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+    def forward_slack_event(self, name: str, body: bytes, headers: Mapping[str, str]) -> t.AgentSlackEventsResponse:
         """Relays a Slack Events API request, raw body and Slack's signature headers untouched,
         to the agent's Slack endpoint (no API key is sent: the daemon checks Slack's signature)."""
         tr = Transport(_transport_url(self._tr), api_key="", timeout=self._tr.timeout, retry=self._tr.retry,
@@ -1215,29 +1286,30 @@ class Agents(_NS):
 
     @_op("listMemory")
     def memory(self, name: str, *, prefix: str | None = None, tag: str | None = None, q: str | None = None,
-               limit: int | None = None) -> list[dict[str, Any]]:
+               limit: int | None = None) -> List[t.MemoryEntry]:
         r = self._tr.call("GET", f"/v1/agents/{quote(name)}/memory",
                           query={"prefix": prefix, "tag": tag, "q": q, "limit": limit}, idempotent=True)
         return list(r.get("entries") or [])
 
     @_op("getMemory")
-    def memory_entry(self, name: str, key: str) -> dict[str, Any]:
+    def memory_entry(self, name: str, key: str) -> t.GetMemoryResponse:
         return self._tr.call("GET", f"/v1/agents/{quote(name)}/memory/entry", query={"key": key}, idempotent=True)
 
     @_op("diffMemory")
     def memory_diff(self, name: str, key: str, *, from_version: int | None = None,
-                    to_version: int | None = None) -> dict[str, Any]:
+                    to_version: int | None = None) -> t.MemoryDiff:
         return self._tr.call("GET", f"/v1/agents/{quote(name)}/memory/diff",
                              query={"key": key, "from": from_version, "to": to_version}, idempotent=True)
 
     @_op("exportMemory")
-    def memory_export(self, name: str) -> Iterator[dict[str, Any]]:
+    def memory_export(self, name: str) -> Iterator[t.MemoryEntry]:
         with self._tr.request("GET", f"/v1/agents/{quote(name)}/memory/export", accept="application/x-ndjson",
                               idempotent=True, stream=True) as r:
-            yield from r.iter_lines()
+            for ev in r.iter_lines():
+                yield cast(t.MemoryEntry, ev)
 
     @_op("redactMemory")
-    def memory_redact(self, name: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    def memory_redact(self, name: str, request: t.RedactMemoryRequest | Mapping[str, Any]) -> t.RedactMemoryResponse:
         return self._tr.call("POST", f"/v1/agents/{quote(name)}/memory/redact", json=dict(request))
 
 
@@ -1245,15 +1317,15 @@ class Volumes(_NS):
     """Persistent volumes, mountable into sandboxes."""
 
     @_op("createVolume")
-    def create(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def create(self, spec: t.VolumeCreate | Mapping[str, Any]) -> t.Volume:
         return self._tr.call("POST", "/v1/volumes", json=dict(spec))
 
     @_op("listVolumes")
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> List[t.Volume]:
         return list(self._tr.call("GET", "/v1/volumes", idempotent=True).get("volumes") or [])
 
     @_op("getVolume")
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> t.Volume:
         return self._tr.call("GET", f"/v1/volumes/{quote(name)}", idempotent=True)
 
     @_op("deleteVolume")
@@ -1261,7 +1333,7 @@ class Volumes(_NS):
         self._tr.call("DELETE", f"/v1/volumes/{quote(name)}", idempotent=True)
 
     @_op("resizeVolume")
-    def resize(self, name: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    def resize(self, name: str, request: t.VolumeResize | Mapping[str, Any]) -> t.Volume:
         return self._tr.call("POST", f"/v1/volumes/{quote(name)}/resize", json=dict(request))
 
     @_op("readVolumeFile")
@@ -1271,7 +1343,7 @@ class Volumes(_NS):
                                 accept="application/octet-stream", idempotent=True, stream=True)
 
     @_op("writeVolumeFile")
-    def write(self, name: str, path: str, data: Body, *, mode: int | None = None) -> dict[str, Any]:
+    def write(self, name: str, path: str, data: Body, *, mode: int | None = None) -> t.WriteVolumeFileResponse:
         q = {"path": path, "mode": None if mode is None else format(mode, "04o")}
         return self._tr.call("PUT", f"/v1/volumes/{quote(name)}/files", query=q, body=data if data is not None else b"",
                              content_type="application/octet-stream", idempotent=not _is_iter(data), stream=True)
@@ -1281,15 +1353,15 @@ class Middleware(_NS):
     """Request middleware of the guard (docs/guardrails.md)."""
 
     @_op("listMiddleware")
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> List[t.Middleware]:
         return list(self._tr.call("GET", "/v1/middleware", idempotent=True).get("middleware") or [])
 
     @_op("getMiddleware")
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> t.Middleware:
         return self._tr.call("GET", f"/v1/middleware/{quote(name)}", idempotent=True)
 
     @_op("putMiddleware")
-    def put(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def put(self, name: str, spec: t.MiddlewareWrite | Mapping[str, Any]) -> t.Middleware:
         return self._tr.call("PUT", f"/v1/middleware/{quote(name)}", json=dict(spec), idempotent=True)
 
     @_op("deleteMiddleware")
@@ -1297,7 +1369,7 @@ class Middleware(_NS):
         self._tr.call("DELETE", f"/v1/middleware/{quote(name)}", idempotent=True)
 
     @_op("testMiddleware")
-    def test(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def test(self, request: t.MiddlewareTestRequest | Mapping[str, Any]) -> t.MiddlewareVerdict:
         return self._tr.call("POST", "/v1/middleware/test", json=dict(request), idempotent=True)
 
 
@@ -1305,25 +1377,25 @@ class Monitor(_NS):
     """The agent monitor: ingested agent events."""
 
     @_op("ingestMonitorEvents")
-    def ingest(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def ingest(self, request: t.MonitorIngestRequest | Mapping[str, Any]) -> t.MonitorIngestResult:
         return self._tr.call("POST", "/v1/monitor/events", json=dict(request))
 
     @_op("listMonitorEvents")
-    def events(self, **query: Any) -> dict[str, Any]:
+    def events(self, **query: Any) -> t.MonitorList:
         """One page of events; filters: agent, principal, sandbox, session, kind, since, until,
         cursor, limit, wait."""
         return self._tr.call("GET", "/v1/monitor/events", query=query, idempotent=True)
 
     @_op("getMonitorEvent")
-    def get(self, id: str) -> dict[str, Any]:
+    def get(self, id: str) -> t.MonitorEvent:
         return self._tr.call("GET", f"/v1/monitor/events/{quote(id)}", idempotent=True)
 
     @_op("redactMonitorEvent")
-    def redact(self, id: str) -> dict[str, Any]:
+    def redact(self, id: str) -> t.MonitorEvent:
         return self._tr.call("POST", f"/v1/monitor/events/{quote(id)}/redact", idempotent=True)
 
     @_op("claudeCodeHook")
-    def claude_code_hook(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def claude_code_hook(self, payload: t.ClaudeCodeHookInput | Mapping[str, Any]) -> t.ClaudeCodeHookOutput:
         return self._tr.call("POST", "/v1/monitor/hooks/claude-code", json=dict(payload))
 
 
@@ -1331,28 +1403,51 @@ class LLM(_NS):
     """The LLM gateway's prices and budgets."""
 
     @_op("getLLMPrices")
-    def prices(self) -> dict[str, Any]:
+    def prices(self) -> t.LLMPrices:
         return self._tr.call("GET", "/v1/llm/prices", idempotent=True)
 
     @_op("setLLMPrices")
-    def set_prices(self, prices: Mapping[str, Any]) -> dict[str, Any]:
+    def set_prices(self, prices: t.LLMPrices | Mapping[str, Any]) -> t.LLMPrices:
         return self._tr.call("PUT", "/v1/llm/prices", json=dict(prices), idempotent=True)
 
     @_op("resetLLMPrices")
-    def reset_prices(self) -> dict[str, Any]:
+    def reset_prices(self) -> t.LLMPrices:
         return self._tr.call("DELETE", "/v1/llm/prices", idempotent=True)
 
     @_op("getLLMBudgets")
-    def budgets(self) -> dict[str, Any]:
+    def budgets(self) -> t.LLMBudgets:
         return self._tr.call("GET", "/v1/llm/budgets", idempotent=True)
 
     @_op("setLLMBudgets")
-    def set_budgets(self, budgets: Mapping[str, Any]) -> dict[str, Any]:
+    def set_budgets(self, budgets: t.LLMBudgets | Mapping[str, Any]) -> t.LLMBudgets:
         return self._tr.call("PUT", "/v1/llm/budgets", json=dict(budgets), idempotent=True)
 
     @_op("resetLLMBudgets")
-    def reset_budgets(self) -> dict[str, Any]:
+    def reset_budgets(self) -> t.LLMBudgets:
         return self._tr.call("DELETE", "/v1/llm/budgets", idempotent=True)
+
+
+class Snapshots(_NS):
+    """Filesystem snapshots of sandboxes: list, get, delete, promote to a template."""
+
+    @_op("listSnapshots")
+    def list(self, *, sandbox: str | None = None) -> List[t.Snapshot]:
+        """Your snapshots, oldest first (``sandbox``: those of one sandbox)."""
+        r = self._tr.call("GET", "/v1/snapshots", query={"sandbox": sandbox}, idempotent=True)
+        return list(r.get("snapshots") or [])
+
+    @_op("getSnapshot")
+    def get(self, name: str) -> t.Snapshot:
+        return self._tr.call("GET", f"/v1/snapshots/{quote(name)}", idempotent=True)
+
+    @_op("deleteSnapshot")
+    def delete(self, name: str) -> None:
+        self._tr.call("DELETE", f"/v1/snapshots/{quote(name)}", idempotent=True)
+
+    @_op("promoteSnapshot")
+    def promote(self, name: str, template: str) -> t.Template:
+        """Makes (or re-points) template ``name[:tag]`` at the snapshot."""
+        return self._tr.call("POST", f"/v1/snapshots/{quote(name)}/promote", json={"template": template})
 
 
 # ---------------------------------------------------------------- client
@@ -1386,6 +1481,7 @@ class Warden:
         self.middleware = Middleware(self)
         self.monitor = Monitor(self)
         self.llm = LLM(self)
+        self.snapshots = Snapshots(self)
 
     @property
     def base_url(self) -> str:
@@ -1430,7 +1526,7 @@ class Warden:
 
     @_op("getUsage")
     def usage(self, *, group_by: str | None = None, since: str | None = None, until: str | None = None,
-              principal: str | None = None, agent: str | None = None) -> dict[str, Any]:
+              principal: str | None = None, agent: str | None = None) -> t.UsageReport:
         """The usage report (sandbox resources and LLM tokens)."""
         return self._tr.call("GET", "/v1/usage", query={"group_by": group_by, "since": since, "until": until,
                                                          "principal": principal, "agent": agent}, idempotent=True)
@@ -1446,7 +1542,7 @@ class Warden:
         return _presigned(self, "PUT", url, data).json()
 
 
-def _transport_url(tr: Transport) -> str:
+def _transport_url(tr: TransportBase) -> str:
     """The base URL a transport was made from, for another transport to the same daemon."""
     return "unix://" + tr.endpoint.socket_path if tr.endpoint.scheme == "unix" else tr.base_url
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+from email.message import Message
 from typing import Any, Mapping
 
 from ._types import ERROR_STATUS
@@ -207,7 +208,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
-def error_from_response(status: int, headers: Mapping[str, str], body: bytes) -> APIError:
+def error_from_response(status: int, headers: Mapping[str, str] | Message, body: bytes) -> APIError:
     """Builds the exception for an error response."""
     request_id = headers.get("X-Request-Id", "") or ""
     code, message, parsed = "", "", None

@@ -2,7 +2,7 @@
 // audit, governance and MCP administration.
 
 import type * as T from "./types.js";
-import { ConflictError, NotFoundError, StreamError, errorFromEvent } from "./errors.js";
+import { ConflictError, NotFoundError, StreamError, WardenError, errorFromEvent } from "./errors.js";
 import { Body, ClientOptions, Query, Transport, chunks, ndjson, seg } from "./http.js";
 import { OP_BINARY, OP_CLOSE, OP_TEXT, WebSocketConn } from "./ws.js";
 
@@ -415,6 +415,11 @@ export class Sandbox {
       { json: clean({ count: o.count, name: o.name, timeout_seconds: o.timeoutSeconds, metadata: o.metadata }) });
     return (r.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
   }
+  /** Saves the sandbox's files (it keeps running) as a snapshot, named `name` or by its id. */
+  snapshot(name?: string): Promise<T.Snapshot> {
+    op("createSnapshot");
+    return this.tr.call("POST", this.p("/snapshots"), { json: clean({ name }) });
+  }
   network(): Promise<T.NetworkStatus> { op("getNetwork"); return this.tr.call("GET", this.p("/network"), { idempotent: true }); }
   /** Replaces the network policy; an `allow` entry is a rule or a host name. */
   setNetwork(mode: T.NetworkPolicy["mode"], allow?: Array<string | T.NetworkPolicyAllowItem>): Promise<T.NetworkStatus> {
@@ -496,7 +501,7 @@ export class Sandbox {
   async pty(o: { cmd?: string; args?: string[]; cols?: number; rows?: number; user?: string } = {}): Promise<Pty> {
     op("openPty");
     const q: Query = { cols: o.cols ?? 80, rows: o.rows ?? 24, cmd: o.cmd, arg: o.args ?? [], user: o.user };
-    return new Pty(await WebSocketConn.connect(this.tr.url(this.p("/pty"), q), this.tr.headers(undefined, "*/*"), this.tr.timeoutMs));
+    return new Pty(await WebSocketConn.connect(this.tr.url(this.p("/pty"), q), this.tr.headers(undefined, "*/*"), this.tr.timeoutMs, this.tr.socketPath));
   }
 
   /** Runs a cell in a stateful interpreter and returns its results. */
@@ -556,7 +561,7 @@ export class Sandbox {
 
 // pre-register methods whose op() runs only when called
 op("readFile", "writeFile", "removeFile", "statFile", "listDir", "makeDir", "moveFile", "watchDir", "downloadArchive", "uploadArchive",
-  "presignFile", "killSandbox", "setSandboxTimeout", "pauseSandbox", "resumeSandbox", "forkSandbox", "getNetwork", "setNetwork",
+  "presignFile", "killSandbox", "setSandboxTimeout", "pauseSandbox", "resumeSandbox", "forkSandbox", "createSnapshot", "getNetwork", "setNetwork",
   "getSandboxUsage", "getSandboxLogs", "execProcess", "streamProcess", "listProcesses", "sendProcessStdin", "closeProcessStdin",
   "signalProcess", "openPty", "runCode", "createCodeContext", "listCodeContexts", "restartCodeContext", "interruptCodeContext",
   "deleteCodeContext", "publishPort", "unpublishPort", "createPreviewURL", "proxyPort");
@@ -579,6 +584,8 @@ export interface CreateSandboxOptions {
   autoResume?: boolean;
   sudo?: boolean;
   network?: T.NetworkPolicy;
+  /** Start from one of your snapshots (name or id) instead of a template. */
+  snapshot?: string;
 }
 
 export class Sandboxes {
@@ -587,7 +594,8 @@ export class Sandboxes {
   async create(o: CreateSandboxOptions = {}): Promise<Sandbox> {
     const body: T.CreateSandboxRequest = clean({ template: o.template, name: o.name, isolation: o.isolation, cpu_millis: o.cpuMillis,
       memory_mb: o.memoryMb, disk_mb: o.diskMb, env: o.env, metadata: o.metadata, timeout_seconds: o.timeoutSeconds, user: o.user,
-      workdir: o.workdir, auto_pause: o.autoPause, auto_resume: o.autoResume, sudo: o.sudo, network: o.network });
+      workdir: o.workdir, auto_pause: o.autoPause, auto_resume: o.autoResume, sudo: o.sudo, network: o.network,
+      snapshot: o.snapshot });
     return new Sandbox(this.c, await this.tr.call<T.Sandbox>("POST", "/v1/sandboxes", { json: body }));
   }
   info(ref: string): Promise<T.Sandbox> { return this.tr.call("GET", `/v1/sandboxes/${seg(ref)}`, { idempotent: true }); }
@@ -736,7 +744,7 @@ export class Policies {
   /** Runs the guard's detectors over a text or a JSON value. */
   testGuard(req: T.GuardTestRequest): Promise<T.GuardTestResult> { return this.tr.call("POST", "/v1/guard/test", { json: req, idempotent: true }); }
   /** Measures the guard's detectors on labelled JSONL (`{"text", "label", "split"}` lines). */
-  evalGuard(jsonl: Body, o: { split?: string; detectors?: string[] } = {}): Promise<Record<string, unknown>> {
+  evalGuard(jsonl: Body, o: { split?: string; detectors?: string[] } = {}): Promise<T.GuardEvalReport> {
     return this.tr.call("POST", "/v1/guard/eval", { body: jsonl, contentType: "application/x-ndjson",
       query: { split: o.split, detectors: o.detectors?.join(",") }, idempotent: true, stream: true });
   }
@@ -791,7 +799,7 @@ export class MCP {
     return this.tr.call("POST", `/v1/mcp/tools/${seg(connector)}/${seg(tool)}/${seg(hash)}/approve`);
   }
   /** Starts a connector's OAuth authorization; returns where to send the user. */
-  startOAuth(connectorId: string, req: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+  startOAuth(connectorId: string, req: T.MCPOAuthRequest = {}): Promise<T.MCPOAuthStart> {
     return this.tr.call("POST", `/v1/mcp/connectors/${seg(connectorId)}/oauth`, { json: req });
   }
   rejectTool(connector: string, tool: string, hash: string): Promise<T.MCPTool> {
@@ -802,52 +810,67 @@ op("createMCPConnector", "listMCPConnectors", "getMCPConnector", "updateMCPConne
   "deleteMCPCredential", "createMCPServer", "listMCPServers", "getMCPServer", "updateMCPServer", "deleteMCPServer", "listMCPGrants",
   "grantMCPServer", "revokeMCPServer", "listMCPTools", "approveMCPTool", "rejectMCPTool", "startMCPOAuth");
 
-type Obj = Record<string, unknown>;
+/** The states of an agent run that has ended. */
+export const RUN_ENDED: ReadonlySet<string> = new Set(["succeeded", "failed", "timed_out", "cancelled"]);
 
 /** Hosted agents: definitions, runs, triggers and their memory. */
 export class Agents {
   constructor(private tr: Transport) {}
-  create(spec: Obj): Promise<Obj> { return this.tr.call("POST", "/v1/agents", { json: spec }); }
-  async list(): Promise<Obj[]> { return (await this.tr.call<{ agents?: Obj[] }>("GET", "/v1/agents", { idempotent: true })).agents ?? []; }
-  get(name: string): Promise<Obj> { return this.tr.call("GET", `/v1/agents/${seg(name)}`, { idempotent: true }); }
-  update(name: string, spec: Obj): Promise<Obj> { return this.tr.call("PUT", `/v1/agents/${seg(name)}`, { json: spec, idempotent: true }); }
+  create(spec: T.AgentSpec): Promise<T.Agent> { return this.tr.call("POST", "/v1/agents", { json: spec }); }
+  async list(): Promise<T.Agent[]> { return (await this.tr.call<{ agents?: T.Agent[] }>("GET", "/v1/agents", { idempotent: true })).agents ?? []; }
+  get(name: string): Promise<T.Agent> { return this.tr.call("GET", `/v1/agents/${seg(name)}`, { idempotent: true }); }
+  update(name: string, spec: T.AgentSpec): Promise<T.Agent> { return this.tr.call("PUT", `/v1/agents/${seg(name)}`, { json: spec, idempotent: true }); }
   async delete(name: string): Promise<void> { await this.tr.call("DELETE", `/v1/agents/${seg(name)}`, { idempotent: true }); }
-  async versions(name: string): Promise<Obj[]> {
-    return (await this.tr.call<{ versions?: Obj[] }>("GET", `/v1/agents/${seg(name)}/versions`, { idempotent: true })).versions ?? [];
+  async versions(name: string): Promise<T.AgentVersion[]> {
+    return (await this.tr.call<{ versions?: T.AgentVersion[] }>("GET", `/v1/agents/${seg(name)}/versions`, { idempotent: true })).versions ?? [];
   }
   /** Starts a run; returns it queued. */
-  run(name: string, input?: unknown): Promise<Obj> { return this.tr.call("POST", `/v1/agents/${seg(name)}/runs`, { json: clean({ input }) }); }
-  async runs(name: string, o: { state?: string; limit?: number } = {}): Promise<Obj[]> {
-    return (await this.tr.call<{ runs?: Obj[] }>("GET", `/v1/agents/${seg(name)}/runs`, { query: o, idempotent: true })).runs ?? [];
+  run(name: string, input?: unknown): Promise<T.AgentRun> { return this.tr.call("POST", `/v1/agents/${seg(name)}/runs`, { json: clean({ input }) }); }
+  async runs(name: string, o: { state?: string; limit?: number } = {}): Promise<T.AgentRun[]> {
+    return (await this.tr.call<{ runs?: T.AgentRun[] }>("GET", `/v1/agents/${seg(name)}/runs`, { query: o, idempotent: true })).runs ?? [];
   }
-  webhook(name: string, payload: unknown): Promise<Obj> { return this.tr.call("POST", `/v1/agents/${seg(name)}/webhook`, { json: payload }); }
-  getRun(id: string): Promise<Obj> { return this.tr.call("GET", `/v1/agent-runs/${seg(id)}`, { idempotent: true }); }
+  webhook(name: string, payload: unknown): Promise<T.AgentWebhookResponse> { return this.tr.call("POST", `/v1/agents/${seg(name)}/webhook`, { json: payload }); }
+  getRun(id: string): Promise<T.AgentRun> { return this.tr.call("GET", `/v1/agent-runs/${seg(id)}`, { idempotent: true }); }
+  /** Polls a run until it has ended (succeeded, failed, timed_out or cancelled) and returns it. */
+  async waitRun(id: string, o: { timeoutMs?: number; pollMs?: number; signal?: AbortSignal } = {}): Promise<T.AgentRun> {
+    const deadline = Date.now() + (o.timeoutMs ?? 600_000);
+    for (;;) {
+      const r = await this.getRun(id);
+      if (RUN_ENDED.has(r.state)) return r;
+      if (Date.now() >= deadline) throw new WardenError(`agent run ${id} still ${r.state} after ${o.timeoutMs ?? 600_000} ms`);
+      await new Promise<void>((resolve, reject) => {
+        if (o.signal?.aborted) return reject(o.signal.reason);
+        const t = setTimeout(resolve, o.pollMs ?? 500);
+        o.signal?.addEventListener("abort", () => { clearTimeout(t); reject(o.signal?.reason); }, { once: true });
+      });
+    }
+  }
   /** A run's log lines; with follow, until the run ends. */
-  async *runLogs(id: string, o: { follow?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<Obj> {
-    yield* ndjson<Obj>(await this.tr.request("GET", `/v1/agent-runs/${seg(id)}/logs`, { query: { follow: o.follow },
+  async *runLogs(id: string, o: { follow?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<T.AgentLogLine> {
+    yield* ndjson<T.AgentLogLine>(await this.tr.request("GET", `/v1/agent-runs/${seg(id)}/logs`, { query: { follow: o.follow },
       accept: "application/x-ndjson", idempotent: true, stream: true, signal: o.signal }));
   }
-  cancelRun(id: string): Promise<Obj> { return this.tr.call("POST", `/v1/agent-runs/${seg(id)}/cancel`); }
+  cancelRun(id: string): Promise<T.AgentRun> { return this.tr.call("POST", `/v1/agent-runs/${seg(id)}/cancel`); }
   /** Posts text in the Slack thread that started the run (while it runs). */
-  reply(runId: string, text: string): Promise<Obj> { return this.tr.call("POST", `/v1/agent-runs/${seg(runId)}/reply`, { json: { text } }); }
+  reply(runId: string, text: string): Promise<T.ReplyAgentRunResponse> { return this.tr.call("POST", `/v1/agent-runs/${seg(runId)}/reply`, { json: { text } }); }
   /**
    * Relays a Slack Events API request, raw body and Slack's signature headers untouched, to
    * the agent's Slack endpoint (no API key is sent: the daemon checks Slack's signature).
    */
-  forwardSlackEvent(name: string, body: string | Uint8Array, headers: Record<string, string>): Promise<Obj> {
+  forwardSlackEvent(name: string, body: string | Uint8Array, headers: Record<string, string>): Promise<T.AgentSlackEventsResponse> {
     return this.tr.call("POST", `/v1/agents/${seg(name)}/slack/events`, { body, contentType: "application/json", headers, anonymous: true });
   }
-  async memory(name: string, o: { prefix?: string; tag?: string; q?: string; limit?: number } = {}): Promise<Obj[]> {
-    return (await this.tr.call<{ entries?: Obj[] }>("GET", `/v1/agents/${seg(name)}/memory`, { query: o, idempotent: true })).entries ?? [];
+  async memory(name: string, o: { prefix?: string; tag?: string; q?: string; limit?: number } = {}): Promise<T.MemoryEntry[]> {
+    return (await this.tr.call<{ entries?: T.MemoryEntry[] }>("GET", `/v1/agents/${seg(name)}/memory`, { query: o, idempotent: true })).entries ?? [];
   }
-  memoryEntry(name: string, key: string): Promise<Obj> { return this.tr.call("GET", `/v1/agents/${seg(name)}/memory/entry`, { query: { key }, idempotent: true }); }
-  memoryDiff(name: string, key: string, o: { from?: number; to?: number } = {}): Promise<Obj> {
+  memoryEntry(name: string, key: string): Promise<T.GetMemoryResponse> { return this.tr.call("GET", `/v1/agents/${seg(name)}/memory/entry`, { query: { key }, idempotent: true }); }
+  memoryDiff(name: string, key: string, o: { from?: number; to?: number } = {}): Promise<T.MemoryDiff> {
     return this.tr.call("GET", `/v1/agents/${seg(name)}/memory/diff`, { query: { key, ...o }, idempotent: true });
   }
-  async *memoryExport(name: string): AsyncGenerator<Obj> {
-    yield* ndjson<Obj>(await this.tr.request("GET", `/v1/agents/${seg(name)}/memory/export`, { accept: "application/x-ndjson", idempotent: true, stream: true }));
+  async *memoryExport(name: string): AsyncGenerator<T.MemoryEntry> {
+    yield* ndjson<T.MemoryEntry>(await this.tr.request("GET", `/v1/agents/${seg(name)}/memory/export`, { accept: "application/x-ndjson", idempotent: true, stream: true }));
   }
-  memoryRedact(name: string, req: Obj): Promise<Obj> { return this.tr.call("POST", `/v1/agents/${seg(name)}/memory/redact`, { json: req }); }
+  memoryRedact(name: string, req: T.RedactMemoryRequest): Promise<T.RedactMemoryResponse> { return this.tr.call("POST", `/v1/agents/${seg(name)}/memory/redact`, { json: req }); }
 }
 op("createAgent", "listAgents", "getAgent", "updateAgent", "deleteAgent", "listAgentVersions", "runAgent", "listAgentRuns", "agentWebhook",
   "getAgentRun", "getAgentRunLogs", "cancelAgentRun", "replyAgentRun", "agentSlackEvents", "listMemory", "getMemory", "diffMemory", "exportMemory", "redactMemory");
@@ -855,16 +878,16 @@ op("createAgent", "listAgents", "getAgent", "updateAgent", "deleteAgent", "listA
 /** Persistent volumes, mountable into sandboxes. */
 export class Volumes {
   constructor(private tr: Transport) {}
-  create(spec: Obj): Promise<Obj> { return this.tr.call("POST", "/v1/volumes", { json: spec }); }
-  async list(): Promise<Obj[]> { return (await this.tr.call<{ volumes?: Obj[] }>("GET", "/v1/volumes", { idempotent: true })).volumes ?? []; }
-  get(name: string): Promise<Obj> { return this.tr.call("GET", `/v1/volumes/${seg(name)}`, { idempotent: true }); }
+  create(spec: T.VolumeCreate): Promise<T.Volume> { return this.tr.call("POST", "/v1/volumes", { json: spec }); }
+  async list(): Promise<T.Volume[]> { return (await this.tr.call<{ volumes?: T.Volume[] }>("GET", "/v1/volumes", { idempotent: true })).volumes ?? []; }
+  get(name: string): Promise<T.Volume> { return this.tr.call("GET", `/v1/volumes/${seg(name)}`, { idempotent: true }); }
   async delete(name: string): Promise<void> { await this.tr.call("DELETE", `/v1/volumes/${seg(name)}`, { idempotent: true }); }
-  resize(name: string, req: Obj): Promise<Obj> { return this.tr.call("POST", `/v1/volumes/${seg(name)}/resize`, { json: req }); }
+  resize(name: string, req: T.VolumeResize): Promise<T.Volume> { return this.tr.call("POST", `/v1/volumes/${seg(name)}/resize`, { json: req }); }
   /** A file of the volume as a stream (Response body). */
   open(name: string, path: string): Promise<Response> {
     return this.tr.request("GET", `/v1/volumes/${seg(name)}/files`, { query: { path }, accept: "application/octet-stream", idempotent: true, stream: true });
   }
-  write(name: string, path: string, data: Body, o: { mode?: number } = {}): Promise<Obj> {
+  write(name: string, path: string, data: Body, o: { mode?: number } = {}): Promise<T.WriteVolumeFileResponse> {
     return this.tr.call("PUT", `/v1/volumes/${seg(name)}/files`, { query: { path, mode: o.mode === undefined ? undefined : o.mode.toString(8).padStart(4, "0") },
       body: data, contentType: "application/octet-stream", idempotent: true, stream: true });
   }
@@ -874,37 +897,53 @@ op("createVolume", "listVolumes", "getVolume", "deleteVolume", "resizeVolume", "
 /** Request middleware of the guard. */
 export class Middleware {
   constructor(private tr: Transport) {}
-  async list(): Promise<Obj[]> { return (await this.tr.call<{ middleware?: Obj[] }>("GET", "/v1/middleware", { idempotent: true })).middleware ?? []; }
-  get(name: string): Promise<Obj> { return this.tr.call("GET", `/v1/middleware/${seg(name)}`, { idempotent: true }); }
-  put(name: string, spec: Obj): Promise<Obj> { return this.tr.call("PUT", `/v1/middleware/${seg(name)}`, { json: spec, idempotent: true }); }
+  async list(): Promise<T.Middleware[]> { return (await this.tr.call<{ middleware?: T.Middleware[] }>("GET", "/v1/middleware", { idempotent: true })).middleware ?? []; }
+  get(name: string): Promise<T.Middleware> { return this.tr.call("GET", `/v1/middleware/${seg(name)}`, { idempotent: true }); }
+  put(name: string, spec: T.MiddlewareWrite): Promise<T.Middleware> { return this.tr.call("PUT", `/v1/middleware/${seg(name)}`, { json: spec, idempotent: true }); }
   async delete(name: string): Promise<void> { await this.tr.call("DELETE", `/v1/middleware/${seg(name)}`, { idempotent: true }); }
-  test(req: Obj): Promise<Obj> { return this.tr.call("POST", "/v1/middleware/test", { json: req, idempotent: true }); }
+  test(req: T.MiddlewareTestRequest): Promise<T.MiddlewareVerdict> { return this.tr.call("POST", "/v1/middleware/test", { json: req, idempotent: true }); }
 }
 op("listMiddleware", "getMiddleware", "putMiddleware", "deleteMiddleware", "testMiddleware");
 
 /** The agent monitor: ingested agent events. */
 export class Monitor {
   constructor(private tr: Transport) {}
-  ingest(req: Obj): Promise<Obj> { return this.tr.call("POST", "/v1/monitor/events", { json: req }); }
+  ingest(req: T.MonitorIngestRequest): Promise<T.MonitorIngestResult> { return this.tr.call("POST", "/v1/monitor/events", { json: req }); }
   /** One page of events; filters: agent, principal, sandbox, session, kind, since, until, cursor, limit, wait. */
-  events(query: Query = {}): Promise<Obj> { return this.tr.call("GET", "/v1/monitor/events", { query, idempotent: true }); }
-  get(id: string): Promise<Obj> { return this.tr.call("GET", `/v1/monitor/events/${seg(id)}`, { idempotent: true }); }
-  redact(id: string): Promise<Obj> { return this.tr.call("POST", `/v1/monitor/events/${seg(id)}/redact`, { idempotent: true }); }
-  claudeCodeHook(payload: Obj): Promise<Obj> { return this.tr.call("POST", "/v1/monitor/hooks/claude-code", { json: payload }); }
+  events(query: Query = {}): Promise<T.MonitorList> { return this.tr.call("GET", "/v1/monitor/events", { query, idempotent: true }); }
+  get(id: string): Promise<T.MonitorEvent> { return this.tr.call("GET", `/v1/monitor/events/${seg(id)}`, { idempotent: true }); }
+  redact(id: string): Promise<T.MonitorEvent> { return this.tr.call("POST", `/v1/monitor/events/${seg(id)}/redact`, { idempotent: true }); }
+  claudeCodeHook(payload: T.ClaudeCodeHookInput): Promise<T.ClaudeCodeHookOutput> { return this.tr.call("POST", "/v1/monitor/hooks/claude-code", { json: payload }); }
 }
 op("ingestMonitorEvents", "listMonitorEvents", "getMonitorEvent", "redactMonitorEvent", "claudeCodeHook");
 
 /** The LLM gateway's prices and budgets. */
 export class LLM {
   constructor(private tr: Transport) {}
-  prices(): Promise<Obj> { return this.tr.call("GET", "/v1/llm/prices", { idempotent: true }); }
-  setPrices(p: Obj): Promise<Obj> { return this.tr.call("PUT", "/v1/llm/prices", { json: p, idempotent: true }); }
-  resetPrices(): Promise<Obj> { return this.tr.call("DELETE", "/v1/llm/prices", { idempotent: true }); }
-  budgets(): Promise<Obj> { return this.tr.call("GET", "/v1/llm/budgets", { idempotent: true }); }
-  setBudgets(b: Obj): Promise<Obj> { return this.tr.call("PUT", "/v1/llm/budgets", { json: b, idempotent: true }); }
-  resetBudgets(): Promise<Obj> { return this.tr.call("DELETE", "/v1/llm/budgets", { idempotent: true }); }
+  prices(): Promise<T.LLMPrices> { return this.tr.call("GET", "/v1/llm/prices", { idempotent: true }); }
+  setPrices(p: T.LLMPrices): Promise<T.LLMPrices> { return this.tr.call("PUT", "/v1/llm/prices", { json: p, idempotent: true }); }
+  resetPrices(): Promise<T.LLMPrices> { return this.tr.call("DELETE", "/v1/llm/prices", { idempotent: true }); }
+  budgets(): Promise<T.LLMBudgets> { return this.tr.call("GET", "/v1/llm/budgets", { idempotent: true }); }
+  setBudgets(b: T.LLMBudgets): Promise<T.LLMBudgets> { return this.tr.call("PUT", "/v1/llm/budgets", { json: b, idempotent: true }); }
+  resetBudgets(): Promise<T.LLMBudgets> { return this.tr.call("DELETE", "/v1/llm/budgets", { idempotent: true }); }
 }
 op("getLLMPrices", "setLLMPrices", "resetLLMPrices", "getLLMBudgets", "setLLMBudgets", "resetLLMBudgets");
+
+/** Filesystem snapshots of sandboxes: list, get, delete, promote to a template. */
+export class Snapshots {
+  constructor(private tr: Transport) {}
+  /** Your snapshots, oldest first (`sandbox`: those of one sandbox). */
+  async list(o: { sandbox?: string } = {}): Promise<T.Snapshot[]> {
+    return (await this.tr.call<{ snapshots?: T.Snapshot[] }>("GET", "/v1/snapshots", { query: o, idempotent: true })).snapshots ?? [];
+  }
+  get(name: string): Promise<T.Snapshot> { return this.tr.call("GET", `/v1/snapshots/${seg(name)}`, { idempotent: true }); }
+  async delete(name: string): Promise<void> { await this.tr.call("DELETE", `/v1/snapshots/${seg(name)}`, { idempotent: true }); }
+  /** Makes (or re-points) template `name[:tag]` at the snapshot. */
+  promote(name: string, template: string): Promise<T.Template> {
+    return this.tr.call("POST", `/v1/snapshots/${seg(name)}/promote`, { json: { template } });
+  }
+}
+op("listSnapshots", "getSnapshot", "deleteSnapshot", "promoteSnapshot");
 
 // ------------------------------------------------------------------ client
 
@@ -928,6 +967,7 @@ export class Warden {
   readonly middleware: Middleware;
   readonly monitor: Monitor;
   readonly llm: LLM;
+  readonly snapshots: Snapshots;
 
   constructor(opts: ClientOptions = {}) {
     this.transport = new Transport(opts);
@@ -945,6 +985,7 @@ export class Warden {
     this.middleware = new Middleware(this.transport);
     this.monitor = new Monitor(this.transport);
     this.llm = new LLM(this.transport);
+    this.snapshots = new Snapshots(this.transport);
   }
 
   get baseUrl(): string { return this.transport.baseUrl; }
@@ -955,7 +996,7 @@ export class Warden {
   /** The daemon's OpenAPI document as YAML text. */
   async openapi(): Promise<string> { return (await this.transport.request("GET", "/v1/openapi.yaml", { accept: "application/yaml", idempotent: true })).text(); }
   /** The usage report (sandbox resources and LLM tokens). */
-  usage(o: { groupBy?: string; since?: string; until?: string; principal?: string; agent?: string } = {}): Promise<Obj> {
+  usage(o: { groupBy?: string; since?: string; until?: string; principal?: string; agent?: string } = {}): Promise<T.UsageReport> {
     return this.transport.call("GET", "/v1/usage", { query: { group_by: o.groupBy, since: o.since, until: o.until, principal: o.principal, agent: o.agent }, idempotent: true });
   }
   /** Opens a presigned read URL (no API key is sent). */

@@ -4,6 +4,10 @@
 import { ConnectionError, StreamError, WardenError, errorFromResponse, APIError } from "./errors.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:7070";
+/** The daemon's unix socket, used by default in Node when it is there (as the CLI does). */
+export const DEFAULT_SOCKET = "/run/warden/wardend.sock";
+/** The host name requests over a unix socket carry (and the base URL's host). */
+export const UNIX_HOST = "wardend";
 export const ENV_URL = "WARDEN_URL";
 export const ENV_API_KEY = "WARDEN_API_KEY";
 export const MAX_EVENT = 4 << 20;
@@ -21,7 +25,11 @@ export interface RetryPolicy {
 }
 
 export interface ClientOptions {
-  /** http(s)://host:port[/prefix]; default $WARDEN_URL, then http://127.0.0.1:7070. */
+  /**
+   * http(s)://host:port[/prefix], or unix:///path/to/wardend.sock (Node only). Default
+   * $WARDEN_URL; else, in Node, the daemon's socket /run/warden/wardend.sock when it exists
+   * and is writable; else http://127.0.0.1:7070.
+   */
   baseUrl?: string;
   /** API key sent as a bearer token; default $WARDEN_API_KEY. */
   apiKey?: string;
@@ -56,6 +64,108 @@ export interface RequestOptions {
 function env(name: string): string | undefined {
   const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
   return p?.env?.[name] || undefined;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Any = any;
+
+/** A Node built-in module, synchronously (Node 20.16+), or undefined (browsers, older Node). */
+function nodeModule(name: string): Any {
+  const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+  try {
+    return p?.getBuiltinModule?.(name);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The default socket when this process may use it (Node only); undefined otherwise. */
+export function defaultSocket(path = DEFAULT_SOCKET): string | undefined {
+  const fs = nodeModule("node:fs");
+  if (!fs) return undefined;
+  try {
+    fs.accessSync(path, fs.constants.W_OK);
+    return path;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A fetch over a unix socket (node:http with socketPath), returning a standard Response whose
+ * body streams with backpressure. No runtime dependency: Node's own modules.
+ */
+export function unixFetch(socketPath: string): typeof fetch {
+  const http = nodeModule("node:http");
+  if (!http) throw new WardenError("unix sockets need Node 20.16+ (process.getBuiltinModule)");
+  return (async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
+    const url = new URL(String(input instanceof Request ? input.url : input));
+    const headers: Record<string, string> = { host: UNIX_HOST };
+    new Headers(init.headers).forEach((v, k) => { headers[k] = v; });
+    let data: Uint8Array | undefined;
+    let stream: ReadableStream<Uint8Array> | undefined;
+    const b = init.body as unknown;
+    if (typeof b === "string") data = new TextEncoder().encode(b);
+    else if (b instanceof Uint8Array) data = b;
+    else if (b instanceof ArrayBuffer) data = new Uint8Array(b);
+    else if (typeof Blob !== "undefined" && b instanceof Blob) data = new Uint8Array(await b.arrayBuffer());
+    else if (b instanceof ReadableStream) stream = b as ReadableStream<Uint8Array>;
+    else if (b != null) throw new WardenError("unsupported request body for a unix socket");
+    if (data) headers["content-length"] = String(data.length);
+    const signal = init.signal ?? undefined;
+    return await new Promise<Response>((resolve, reject) => {
+      const req = http.request({ socketPath, method: init.method ?? "GET", path: url.pathname + url.search, headers });
+      const onAbort = () => req.destroy(signal?.reason ?? new Error("aborted"));
+      if (signal?.aborted) return reject(signal.reason);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      let responded = false;
+      req.on("error", (e: Error) => {
+        signal?.removeEventListener("abort", onAbort);
+        if (!responded) reject(new TypeError(`fetch failed: ${e.message}`, { cause: e }));
+      });
+      req.on("response", (res: Any) => {
+        responded = true;
+        const h = new Headers();
+        for (const [k, v] of Object.entries(res.headers as Record<string, string | string[] | undefined>)) {
+          if (Array.isArray(v)) for (const x of v) h.append(k, x);
+          else if (v !== undefined) h.set(k, v);
+        }
+        const status: number = res.statusCode;
+        const empty = status === 204 || status === 304 || init.method === "HEAD";
+        const done = () => signal?.removeEventListener("abort", onAbort);
+        const body = empty ? null : new ReadableStream<Uint8Array>({
+          start(ctrl) {
+            res.on("data", (c: Uint8Array) => {
+              ctrl.enqueue(new Uint8Array(c.buffer, c.byteOffset, c.byteLength));
+              if ((ctrl.desiredSize ?? 1) <= 0) res.pause();
+            });
+            res.on("end", () => { done(); ctrl.close(); });
+            res.on("error", (e: Error) => { done(); ctrl.error(e); });
+            res.on("aborted", () => { done(); ctrl.error(new Error("response aborted")); });
+          },
+          pull() { res.resume(); },
+          cancel() { done(); res.destroy(); },
+        }, { highWaterMark: 4 });
+        if (empty) { done(); res.resume(); }
+        resolve(new Response(body, { status, statusText: res.statusMessage, headers: h }));
+      });
+      if (data) { req.end(data); return; }
+      if (!stream) { req.end(); return; }
+      const reader = stream.getReader();
+      (async () => {
+        try {
+          for (;;) {
+            const r = await reader.read();
+            if (r.done) break;
+            if (!req.write(r.value)) await new Promise<void>((ok) => req.once("drain", ok));
+          }
+          req.end();
+        } catch (e) {
+          req.destroy(e as Error);
+        }
+      })();
+    });
+  }) as typeof fetch;
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -103,27 +213,48 @@ export const seg = (s: string | number) => encodeURIComponent(String(s));
 
 export class Transport {
   readonly baseUrl: string;
+  /** The unix socket requests go to (baseUrl is then http://wardend); undefined over TCP. */
+  readonly socketPath: string | undefined;
   readonly apiKey: string;
   readonly timeoutMs: number;
   readonly retry: Required<RetryPolicy>;
   private readonly fetchFn: typeof fetch;
+  private readonly netFetch: typeof fetch;
 
   constructor(opts: ClientOptions = {}) {
-    const raw = opts.baseUrl ?? env(ENV_URL) ?? DEFAULT_URL;
+    let raw = opts.baseUrl ?? env(ENV_URL);
+    if (raw === undefined) {
+      const sock = defaultSocket();
+      raw = sock ? "unix://" + sock : DEFAULT_URL;
+    }
     let u: URL;
     try {
       u = new URL(raw);
     } catch (e) {
       throw new WardenError(`base url ${JSON.stringify(raw)}: ${(e as Error).message}`);
     }
-    if (u.protocol !== "http:" && u.protocol !== "https:") {
-      throw new WardenError(`base url ${JSON.stringify(raw)}: scheme must be http or https (the TypeScript SDK does not dial unix sockets)`);
+    this.netFetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    if (u.protocol === "unix:") {
+      const path = decodeURIComponent(u.pathname || u.host);
+      if (!path) throw new WardenError(`base url ${JSON.stringify(raw)}: no socket path`);
+      this.socketPath = path;
+      this.baseUrl = `http://${UNIX_HOST}`;
+      this.fetchFn = opts.fetch ?? unixFetch(path);
+    } else if (u.protocol === "http:" || u.protocol === "https:") {
+      this.baseUrl = (u.origin + u.pathname).replace(/\/+$/, "");
+      this.fetchFn = this.netFetch;
+    } else {
+      throw new WardenError(`base url ${JSON.stringify(raw)}: scheme must be http, https or unix`);
     }
-    this.baseUrl = (u.origin + u.pathname).replace(/\/+$/, "");
     this.apiKey = opts.apiKey ?? env(ENV_API_KEY) ?? "";
     this.timeoutMs = opts.timeoutMs ?? 120_000;
     this.retry = { maxAttempts: 4, minDelayMs: 250, maxDelayMs: 5000, maxRetryAfterMs: 30_000, ...opts.retry };
-    this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** The fetch for a URL: the socket's for the daemon's own URLs, the network's otherwise. */
+  private fetchFor(url: string): typeof fetch {
+    if (this.socketPath === undefined || url.startsWith(this.baseUrl + "/")) return this.fetchFn;
+    return this.netFetch;
   }
 
   url(path: string, query?: Query): string {
@@ -166,7 +297,7 @@ export class Transport {
       const timer = timeoutMs > 0 ? setTimeout(() => { timedOut = true; ctl.abort(); }, timeoutMs) : undefined;
       let resp: Response;
       try {
-        resp = await this.fetchFn(url, {
+        resp = await this.fetchFor(url)(url, {
           method, headers, body, signal: ctl.signal,
           ...(body !== undefined && !replayable ? { duplex: "half" } : {}),
         } as RequestInit);
@@ -174,7 +305,7 @@ export class Transport {
         clearTimeout(timer);
         o.signal?.removeEventListener("abort", onAbort);
         if (o.signal?.aborted) throw o.signal.reason ?? e;
-        const refused = /ECONNREFUSED/.test(String((e as { cause?: unknown }).cause ?? e));
+        const refused = /ECONNREFUSED|ENOENT/.test(String((e as { cause?: unknown }).cause ?? e));
         if (refused && replayable && attempt < this.retry.maxAttempts) {
           await sleep(this.backoff(attempt), o.signal);
           continue;

@@ -118,6 +118,11 @@ export interface CreateSandboxRequest {
   name?: SandboxName;
   template?: string;
   /**
+   * Start from the caller's snapshot (name or id; docs/persistence.md) instead of a template;
+   * not with `template`.
+   */
+  snapshot?: string;
+  /**
    * The isolation backend. `native`: Linux namespaces, cgroups, seccomp and Landlock.
    * `gvisor`: gVisor's user-space kernel (runsc), which can checkpoint to disk on pause and
    * fork; needs runsc (scripts/install-runsc.sh) on the host. Default: the daemon's `backend`
@@ -195,6 +200,36 @@ export interface VolumeMount {
   /** Absolute path in the sandbox, not /, /proc, /sys or /dev. */
   path: string;
   read_only?: boolean;
+}
+
+export interface SnapshotCreate {
+  /**
+   * 1 to 63 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit; unique per owner.
+   * Left out: the snapshot's id.
+   */
+  name?: string;
+}
+
+export interface SnapshotPromote {
+  /** The template to make or re-point, `name[:tag]`. */
+  template: string;
+}
+
+export interface Snapshot {
+  /** Also E2B's snapshotID. */
+  id: string;
+  name: string;
+  /** The principal that owns it. */
+  owner: string;
+  /** The sandbox captured (it may have ended since). */
+  sandbox_id: string;
+  /** The template the captured sandbox booted from. */
+  template: string;
+  /** The template version the snapshot is (`sha256:...`). */
+  template_id: string;
+  /** Disk used by the captured files. */
+  size_bytes: number;
+  created_at: string;
 }
 
 export interface VolumeCreate {
@@ -816,8 +851,16 @@ export interface Grant {
   secret_id?: string;
   /** The sandbox, or: */
   sandbox?: string;
-  /** every sandbox of this principal. */
+  /** every sandbox of this principal, or: */
   principal?: string;
+  /**
+   * the middleware of this name, whose script reads the value itself (`secrets.NAME`, when its
+   * definition lists NAME): admin scope only, never an agent's key, and only an installed
+   * middleware. `hosts` are then optional and bound where its `fetch` may send the value;
+   * `header`, `path_prefix` and `env_name` do not apply. Removing the middleware through the
+   * API removes its grants.
+   */
+  middleware?: string;
   hosts?: string[];
   header?: string;
   path_prefix?: string;
@@ -866,14 +909,16 @@ export interface PolicyWrite {
 /**
  * Guardrails (docs/guardrails.md): detectors run over the content of the targeted actions
  * after the rules. block refuses naming the detector and kind; mask replaces the spans
- * (file.write, mcp.call, mcp.result, memory.write; JSON stays valid); flag allows and
- * records the findings (log_only); require_approval holds the action. Findings never carry
- * the value.
+ * (file.write, mcp.call, mcp.result, memory.write, llm.prompt, llm.response; JSON stays
+ * valid); flag allows and records the findings (log_only); require_approval holds the
+ * action. llm.prompt is an LLM gateway call's request body, llm.response its answer (a
+ * stream is screened at its end and its findings recorded only). Findings never carry the
+ * value.
  */
 export interface PolicyGuard {
   detectors: Array<"secrets" | "pii" | "injection">;
   /** What is screened; empty is all. A file write's body is screened up to 8 MiB. */
-  targets?: Array<"exec" | "file.write" | "code.run" | "mcp.call" | "mcp.result" | "memory.write">;
+  targets?: Array<"exec" | "file.write" | "code.run" | "mcp.call" | "mcp.result" | "memory.write" | "llm.prompt" | "llm.response">;
   /** Minimum confidence in (0, 1] per detector. */
   thresholds?: Record<string, number>;
   action: "block" | "mask" | "flag" | "require_approval";
@@ -947,12 +992,37 @@ export interface MiddlewareWrite {
   max_memory_mb?: number;
   /** Hosts fetch may reach: host or *.domain. */
   allowed_domains?: string[];
-  /** Secret names the script may read (secrets.NAME). */
+  /**
+   * Secret names the script may read (secrets.NAME), each once an admin grants it a secret of
+   * that name (createGrant with `middleware`).
+   */
   secrets?: string[];
   disabled?: boolean;
 }
 
-export type Middleware = unknown;
+export interface Middleware {
+  /** Default: the path's name; must match it. */
+  name: string;
+  /** The action kinds it runs for (mcp.call, exec, pty, code.run, ...). */
+  kinds: string[];
+  /** JavaScript defining pre(action) and/or post(action, result). */
+  script: string;
+  /** Default closed: a failure refuses the action. */
+  on_error?: "closed" | "open";
+  /** Default 200. */
+  timeout_ms?: number;
+  /** Default 64. */
+  max_memory_mb?: number;
+  /** Hosts fetch may reach: host or *.domain. */
+  allowed_domains?: string[];
+  /**
+   * Secret names the script may read (secrets.NAME), each once an admin grants it a secret of
+   * that name (createGrant with `middleware`).
+   */
+  secrets?: string[];
+  disabled?: boolean;
+  source: "config" | "api";
+}
 
 export interface MiddlewareList {
   /** Without their scripts. */
@@ -1220,14 +1290,27 @@ export interface AgentSpec {
   secrets?: string[];
   /** Scopes of each run's key (default mcp:use, llm:use). */
   scopes?: Scope[];
-  /** An LLM budget's name (recorded). */
-  llm_budget?: string;
+  /**
+   * What all the agent's runs may spend on the LLM gateway per period, enforced as a gateway
+   * budget scoped to the agent (named agent:NAME). The older form, a string naming a budget,
+   * is recorded only.
+   */
+  llm_budget?: string | AgentSpecLlmBudget2;
   network?: NetworkPolicy;
   limits?: AgentSpecLimits;
   /** Governance policies that apply (recorded). */
   policies?: string[];
   concurrency?: number;
   triggers?: AgentSpecTriggers;
+}
+
+export interface AgentSpecLlmBudget2 {
+  /** UTC; default day. */
+  period?: "day" | "month";
+  /** Input plus output tokens. */
+  tokens?: number;
+  /** Cost at the gateway's prices. */
+  usd?: number;
 }
 
 export interface AgentSpecLimits {
@@ -1254,6 +1337,8 @@ export interface AgentSpecTriggersCronItem {
   max_parallel?: number;
   /** The runs' input (default the schedule and the time). */
   input?: unknown;
+  /** Fire once when wardend starts for the fires missed while it was down (default skip them). */
+  catch_up?: boolean;
 }
 
 export interface AgentSpecTriggersSlack {
@@ -1354,6 +1439,12 @@ export interface AgentRun {
   started_at?: string;
   ended_at?: string;
   duration_ms?: number;
+  /** LLM gateway calls made with the run's key. */
+  llm_calls?: number;
+  tokens_in?: number;
+  tokens_out?: number;
+  /** Their cost in micro-dollars, at the gateway's prices. */
+  cost_micros?: number;
 }
 
 export interface AgentLogLine {
@@ -1590,7 +1681,7 @@ export interface LLMBudgets {
 }
 
 export interface UsageRow {
-  /** The group's principal, agent, provider/model or day. */
+  /** The group's principal, agent, sandbox, provider/model or day. */
   key: string;
   llm_calls: number;
   llm_tokens_in: number;
@@ -1598,12 +1689,32 @@ export interface UsageRow {
   /** Cost in micro-dollars. */
   llm_cost_micros: number;
   llm_cost_usd: number;
+  /** How many sandboxes the sandbox figures cover. */
+  sandboxes: number;
+  /** CPU time the sandboxes used (their cgroups' counters). */
+  cpu_seconds: number;
+  /**
+   * The sandboxes' memory charge integrated over time (sampled every 5 s, at pauses, resumes
+   * and ends).
+   */
+  memory_gib_seconds: number;
+  /** Payload bytes from the sandboxes to the internet. */
+  egress_bytes_out: number;
+  /** Payload bytes from the internet to the sandboxes. */
+  egress_bytes_in: number;
+  running_seconds: number;
+  paused_seconds: number;
+  /** Sum over the sandboxes of the most disk each held in the range (0 where unknown). */
+  disk_bytes: number;
 }
 
 export interface UsageReport {
   group_by: string;
   from_day: string;
   to_day: string;
+  /** Start of the range (sandbox figures count its whole UTC hour). */
+  from: string;
+  to: string;
   rows: UsageRow[];
 }
 
@@ -1612,6 +1723,96 @@ export interface VerifyReport {
   /** Number of events checked. */
   checked: number;
   problems: VerifyProblem[];
+}
+
+export interface ListPoliciesResponse {
+  policies: Policy[];
+}
+
+export interface ListApprovalsResponse {
+  approvals: Approval[];
+}
+
+export interface ListMCPConnectorsResponse {
+  connectors: MCPConnector[];
+}
+
+export interface ListMCPServersResponse {
+  servers: MCPServer[];
+}
+
+export interface ListMCPGrantsResponse {
+  grants: MCPGrant[];
+}
+
+export interface ListMCPToolsResponse {
+  tools: MCPTool[];
+}
+
+export interface ListSnapshotsResponse {
+  snapshots: Snapshot[];
+}
+
+export interface ListVolumesResponse {
+  volumes: Volume[];
+}
+
+export interface WriteVolumeFileResponse {
+  path: string;
+  /** Bytes written. */
+  size: number;
+}
+
+export interface ListAgentsResponse {
+  agents: Agent[];
+}
+
+export interface ListAgentVersionsResponse {
+  versions: AgentVersion[];
+}
+
+export interface ListAgentRunsResponse {
+  runs: AgentRun[];
+}
+
+export interface AgentWebhookResponse {
+  run_id: string;
+  state: AgentRunState;
+}
+
+export interface ListMemoryResponse {
+  agent: string;
+  entries: MemoryEntry[];
+}
+
+export interface GetMemoryResponse {
+  agent: string;
+  key: string;
+  entry: MemoryEntry | unknown | null;
+  versions: MemoryEntry[];
+}
+
+export interface RedactMemoryResponse {
+  agent: string;
+  key: string;
+  versions_redacted: number;
+}
+
+export interface AgentSlackEventsResponse {
+  challenge?: string;
+}
+
+export interface ReplyAgentRunResponse {
+  /** The reply's Slack timestamp. */
+  ts: string;
+}
+
+export interface ListSecretsResponse {
+  secrets?: Secret[];
+}
+
+export interface ListGrantsResponse {
+  grants?: Grant[];
 }
 
 /** HTTP status of each stable error code. */
@@ -1653,6 +1854,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   createPreviewURL: ["POST", "/v1/sandboxes/{id}/ports/{port}/url"],
   createPrincipal: ["POST", "/v1/principals"],
   createSandbox: ["POST", "/v1/sandboxes"],
+  createSnapshot: ["POST", "/v1/sandboxes/{id}/snapshots"],
   createVolume: ["POST", "/v1/volumes"],
   deleteAgent: ["DELETE", "/v1/agents/{name}"],
   deleteCodeContext: ["DELETE", "/v1/sandboxes/{id}/code/contexts/{ctx}"],
@@ -1662,6 +1864,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   deleteMiddleware: ["DELETE", "/v1/middleware/{name}"],
   deletePolicy: ["DELETE", "/v1/policies/{id}"],
   deleteSecret: ["DELETE", "/v1/secrets/{id}"],
+  deleteSnapshot: ["DELETE", "/v1/snapshots/{name}"],
   deleteTemplate: ["DELETE", "/v1/templates/{name}"],
   deleteVolume: ["DELETE", "/v1/volumes/{name}"],
   diffMemory: ["GET", "/v1/agents/{name}/memory/diff"],
@@ -1689,6 +1892,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   getSandbox: ["GET", "/v1/sandboxes/{id}"],
   getSandboxLogs: ["GET", "/v1/sandboxes/{id}/logs"],
   getSandboxUsage: ["GET", "/v1/sandboxes/{id}/usage"],
+  getSnapshot: ["GET", "/v1/snapshots/{name}"],
   getTemplate: ["GET", "/v1/templates/{name}"],
   getUsage: ["GET", "/v1/usage"],
   getVolume: ["GET", "/v1/volumes/{name}"],
@@ -1718,6 +1922,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   listProcesses: ["GET", "/v1/sandboxes/{id}/processes"],
   listSandboxes: ["GET", "/v1/sandboxes"],
   listSecrets: ["GET", "/v1/secrets"],
+  listSnapshots: ["GET", "/v1/snapshots"],
   listTemplates: ["GET", "/v1/templates"],
   listVolumes: ["GET", "/v1/volumes"],
   makeDir: ["POST", "/v1/sandboxes/{id}/fs/mkdir"],
@@ -1725,6 +1930,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   openPty: ["GET", "/v1/sandboxes/{id}/pty"],
   pauseSandbox: ["POST", "/v1/sandboxes/{id}/pause"],
   presignFile: ["POST", "/v1/sandboxes/{id}/files/presign"],
+  promoteSnapshot: ["POST", "/v1/snapshots/{name}/promote"],
   proxyPort: ["GET", "/v1/sandboxes/{id}/ports/{port}/proxy/{path}"],
   publishPort: ["POST", "/v1/sandboxes/{id}/ports/{port}"],
   putMCPCredential: ["PUT", "/v1/mcp/connectors/{id}/credentials"],

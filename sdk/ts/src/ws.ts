@@ -43,7 +43,7 @@ export class WebSocketConn {
     for (const f of w) f();
   }
 
-  static async connect(url: string, headers: Record<string, string>, timeoutMs: number): Promise<WebSocketConn> {
+  static async connect(url: string, headers: Record<string, string>, timeoutMs: number, socketPath?: string): Promise<WebSocketConn> {
     const u = new URL(url);
     const http = await load(u.protocol === "https:" ? "node:https" : "node:http");
     const crypto = await load("node:crypto");
@@ -53,6 +53,7 @@ export class WebSocketConn {
         method: "GET",
         headers: { ...headers, connection: "Upgrade", upgrade: "websocket", "sec-websocket-version": "13", "sec-websocket-key": key },
         timeout: timeoutMs,
+        ...(socketPath ? { socketPath } : {}),
       });
       req.on("timeout", () => req.destroy(new ConnectionError(`websocket handshake: timed out after ${timeoutMs} ms`)));
       req.on("error", (e: Error) => reject(e instanceof ConnectionError ? e : new ConnectionError(`connect websocket: ${e.message}`, { cause: e })));

@@ -1,3 +1,9 @@
--- 0015: placeholder (reserved for a change in progress).
-CREATE TABLE placeholder_0015 (x INTEGER);
-DROP TABLE placeholder_0015;
+-- 0015: outgoing webhooks (internal/webhook). Each endpoint delivers the
+-- audit events it subscribes to in order; its cursor is the seq of the
+-- last audit event handled (delivered, skipped or given up on), so that
+-- deliveries resume after a restart: at least once.
+CREATE TABLE webhook_cursors (
+	endpoint   TEXT PRIMARY KEY,
+	seq        INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL
+);
