@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode"
 )
 
 // Detector names, as they appear in findings.
@@ -82,6 +83,31 @@ func New(o Options) *Detector {
 	return d
 }
 
+// minClassifiedWords is the fewest words a text needs before the classifier
+// scores it. The guard hands the detector each decoded JSON string value on
+// its own, and a one- or two-word value ("payments", "open", "system") is not
+// an instruction, yet it scored above the threshold: the corpus has almost
+// no short benign texts to learn that from. The heuristics still see short
+// texts. On the dev split the gate costs 0.004 of the classifier's injection
+// recall (4 of 708 rows) and no jailbreak recall.
+const minClassifiedWords = 3
+
+// hasWords reports whether text has at least n words (runs of letters or
+// digits), reading no further than the n-th.
+func hasWords(text string, n int) bool {
+	in := false
+	for _, r := range text {
+		w := unicode.IsLetter(r) || unicode.IsDigit(r)
+		if w && !in {
+			if n--; n == 0 {
+				return true
+			}
+		}
+		in = w
+	}
+	return n <= 0
+}
+
 // ErrNoModel is wrapped by Inspect's error when the classifier is on and its
 // model could not be loaded.
 var ErrNoModel = errors.New("injection model unavailable")
@@ -97,7 +123,7 @@ func (d *Detector) Inspect(ctx context.Context, text string) ([]Finding, error) 
 		return nil, fmt.Errorf("injection detector: %w", err)
 	}
 	var out []Finding
-	if d.model != nil {
+	if d.model != nil && hasWords(text, minClassifiedWords) {
 		p := d.model.Score(text)
 		if p.Attack >= d.threshold {
 			kind := LabelInjection
