@@ -83,3 +83,5 @@ require (
 )
 
 replace github.com/warden-sandbox/warden/sdk/go => ./sdk/go
+
+replace github.com/modelcontextprotocol/go-sdk => ./third_party/go-sdk

@@ -22,6 +22,8 @@ rm -rf --one-file-system "$first"
 export CGO_ENABLED=${CGO_ENABLED:-0}
 echo "== go vet" >&2
 go vet ./...
+echo "== third_party/go-sdk is go-sdk plus scripts/go-sdk-patches" >&2
+./scripts/vendor-go-sdk.sh --check
 echo "== go test (main module)" >&2
 go test -count=1 -timeout 30m ./...
 echo "== go test (manager, API and E2B on the fake backend, as without root)" >&2
