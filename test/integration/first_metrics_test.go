@@ -315,9 +315,11 @@ func TestFirstMetrics(t *testing.T) {
 	if v, _ := sum(ss, "warden_oom_kills_total"); v < 1 {
 		fail("warden_oom_kills_total %v after the kill of its sandbox", v)
 	}
-	// Only the per-sandbox series name sandboxes.
+	// Only the per-sandbox series name sandboxes (the sandbox usage meter's
+	// warden_usage_* among them: its sandbox label follows the same switch).
 	for _, s := range ss {
-		if _, ok := s.labels["sandbox"]; ok && !strings.HasPrefix(s.name, "warden_sandbox_") && !strings.HasPrefix(s.name, "warden_network_") {
+		if _, ok := s.labels["sandbox"]; ok && !strings.HasPrefix(s.name, "warden_sandbox_") && !strings.HasPrefix(s.name, "warden_network_") &&
+			!strings.HasPrefix(s.name, "warden_usage_") {
 			fail("series %s has a sandbox label", s.name)
 		}
 	}
