@@ -11,6 +11,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/agents"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -21,9 +22,8 @@ import (
 // principal and to admins; to anyone else it does not exist.
 
 const (
-	nkAgentAdmin = "hosted agent definitions: the run's own actions are governed as the agent's"
-	nkAgentRun   = "starts or ends a hosted agent's run: its actions in the sandbox are governed as the agent's"
-	nkWebhook    = "a signed webhook trigger: verified by the agent's secret, the run's actions are governed as the agent's"
+	nkAgentRun = "acts on a hosted agent's live run (cancel, reply): what the run does is governed as the agent's"
+	nkWebhook  = "a signed webhook trigger: verified by the agent's secret, the run's actions are governed as the agent's"
 )
 
 // hostedAgentView is an agent as the API shows it.
@@ -104,6 +104,12 @@ func (s *Server) hostedAgents() (*agents.Service, agents.Store, error) {
 		return nil, nil, apierr.Unavailable("the store does not keep hosted agents", nil)
 	}
 	return s.cfg.Agents, as, nil
+}
+
+// agentChange describes a definition for the agent.change action.
+func agentChange(op string, spec agents.Spec) *govern.AgentChange {
+	return &govern.AgentChange{Op: op, Name: spec.Name, Template: spec.Template, Sandbox: spec.Sandbox,
+		Scopes: spec.Scopes, MCPServers: spec.MCPServers}
 }
 
 // agentErr maps the service's errors to API errors.
@@ -193,6 +199,9 @@ func (s *Server) createHostedAgent(w http.ResponseWriter, r *http.Request) error
 	}
 	st := stateOf(r)
 	st.target = spec.Name
+	if err := s.decide(r, &govern.Action{HostedAgent: agentChange("create", spec)}); err != nil {
+		return err
+	}
 	a, err := svc.Create(r.Context(), *st.ident, spec)
 	if err != nil {
 		return agentErr("agent "+spec.Name, err)
@@ -240,6 +249,11 @@ func (s *Server) updateHostedAgent(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
+	ch := agentChange("update", spec)
+	ch.Name = a.Name
+	if err := s.decide(r, &govern.Action{HostedAgent: ch}); err != nil {
+		return err
+	}
 	up, err := svc.Update(r.Context(), *stateOf(r).ident, a, spec)
 	if err != nil {
 		return agentErr("agent "+a.Name, err)
@@ -254,6 +268,9 @@ func (s *Server) deleteHostedAgent(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	svc, _, _ := s.hostedAgents()
+	if err := s.decide(r, &govern.Action{HostedAgent: &govern.AgentChange{Op: "delete", Name: a.Name}}); err != nil {
+		return err
+	}
 	if err := svc.Delete(r.Context(), *stateOf(r).ident, a); err != nil {
 		return agentErr("agent "+a.Name, err)
 	}
@@ -294,6 +311,9 @@ func (s *Server) startAgentRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	st := stateOf(r)
+	if err := s.decide(r, &govern.Action{HostedAgent: &govern.AgentChange{Op: "run", Name: a.Name}}); err != nil {
+		return err
+	}
 	run, err := svc.Trigger(r.Context(), a, agents.TriggerManual, st.principal, q.Input)
 	if err != nil {
 		return agentErr("agent "+a.Name, err)

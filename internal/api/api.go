@@ -450,13 +450,13 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/monitor/events/{id}/redact", action: "monitor.redact", scope: auth.ScopeAdmin, audited: true, nokind: nkMonitorRedact, h: s.redactMonitorEvent},
 
 		// Hosted agents (agents.go).
-		{pattern: "POST /v1/agents", action: "agent.create", scope: auth.ScopeAgentsWrite, audited: true, nokind: nkAgentAdmin, h: s.createHostedAgent},
+		{pattern: "POST /v1/agents", action: "agent.create", scope: auth.ScopeAgentsWrite, audited: true, kind: govern.KindAgentChange, h: s.createHostedAgent},
 		{pattern: "GET /v1/agents", action: "agent.list", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.listHostedAgents},
 		{pattern: "GET /v1/agents/{name}", action: "agent.get", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.getHostedAgent},
-		{pattern: "PUT /v1/agents/{name}", action: "agent.update", scope: auth.ScopeAgentsWrite, audited: true, nokind: nkAgentAdmin, h: s.updateHostedAgent},
-		{pattern: "DELETE /v1/agents/{name}", action: "agent.delete", scope: auth.ScopeAgentsWrite, audited: true, nokind: nkAgentAdmin, h: s.deleteHostedAgent},
+		{pattern: "PUT /v1/agents/{name}", action: "agent.update", scope: auth.ScopeAgentsWrite, audited: true, kind: govern.KindAgentChange, h: s.updateHostedAgent},
+		{pattern: "DELETE /v1/agents/{name}", action: "agent.delete", scope: auth.ScopeAgentsWrite, audited: true, kind: govern.KindAgentChange, h: s.deleteHostedAgent},
 		{pattern: "GET /v1/agents/{name}/versions", action: "agent.versions", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.listAgentVersions},
-		{pattern: "POST /v1/agents/{name}/runs", action: "agent.run", scope: auth.ScopeAgentsRun, audited: true, nokind: nkAgentRun, h: s.startAgentRun},
+		{pattern: "POST /v1/agents/{name}/runs", action: "agent.run", scope: auth.ScopeAgentsRun, audited: true, kind: govern.KindAgentChange, h: s.startAgentRun},
 		{pattern: "GET /v1/agents/{name}/runs", action: "agent.run_list", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.listAgentRuns},
 		{pattern: "POST /v1/agents/{name}/webhook", action: "agent.webhook", public: true, audited: true, nokind: nkWebhook, h: s.agentWebhook},
 		{pattern: "GET /v1/agent-runs/{id}", action: "agent.run_get", scope: auth.ScopeAgentsRead, nokind: nkRead, h: s.getAgentRun},

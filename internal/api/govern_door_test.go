@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warden-sandbox/warden/internal/agents"
 	"github.com/warden-sandbox/warden/internal/api/apierr"
 	"github.com/warden-sandbox/warden/internal/auth"
 	"github.com/warden-sandbox/warden/internal/build"
@@ -42,6 +43,13 @@ func doorServer(t *testing.T, gcfg govern.Config) (*govern.Engine, *httptest.Ser
 	cfg.Templates = mustStore(t.TempDir())
 	cfg.Builder = &build.Builder{} // never reached: every build here is refused
 	cfg.Secrets = v
+	if as, ok := env.st.(agents.Store); ok {
+		svc, err := agents.New(agents.Config{Store: as, Sandboxes: env.mgr, Keys: env.auth, LogDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Agents = svc // not started: no run is ever dispatched here
+	}
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +221,14 @@ func TestGovernDoorDenies(t *testing.T) {
 	}
 	mspec := `{"id":"door-srv-` + uniq() + `","spec":{"connectors":[{"connector":"` + mconn + `"}]}}`
 
+	// A hosted agent for the agent.change routes that act on one.
+	agentName := "door-agent-" + uniq()
+	r = call(t, hs, admin, "POST", "/v1/agents", "application/json", []byte(`{"name":"`+agentName+`","command":["true"]}`), nil)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create a hosted agent: %d %s", r.status, r.body)
+	}
+	agentSpec := `{"name":"` + agentName + `","command":["true"],"template":"base"}`
+
 	pid := "door-deny-" + uniq()
 	pol := govern.Policy{ID: pid, Scope: govern.Scope{Kind: govern.ScopeInstallation}}
 	for _, k := range govern.Kinds() {
@@ -248,6 +264,10 @@ func TestGovernDoorDenies(t *testing.T) {
 		{"POST /v1/sandboxes/{id}/pause", govern.KindLifecycle, env.aKey, "POST", sbp + "/pause", "", "", nil},
 		{"POST /v1/sandboxes/{id}/resume", govern.KindLifecycle, env.aKey, "POST", sbp + "/resume", "", "", nil},
 		{"POST /v1/sandboxes/{id}/fork", govern.KindLifecycle, env.aKey, "POST", sbp + "/fork", "application/json", `{"count":1}`, nil},
+		{"POST /v1/agents", govern.KindAgentChange, admin, "POST", "/v1/agents", "application/json", `{"name":"door-new-` + uniq() + `","command":["true"]}`, nil},
+		{"PUT /v1/agents/{name}", govern.KindAgentChange, admin, "PUT", "/v1/agents/" + agentName, "application/json", agentSpec, nil},
+		{"DELETE /v1/agents/{name}", govern.KindAgentChange, admin, "DELETE", "/v1/agents/" + agentName, "", "", nil},
+		{"POST /v1/agents/{name}/runs", govern.KindAgentChange, admin, "POST", "/v1/agents/" + agentName + "/runs", "application/json", `{"input":{"x":1}}`, nil},
 		{"POST /v1/sandboxes/{id}/snapshots", govern.KindSnapshot, env.aKey, "POST", sbp + "/snapshots", "application/json", `{"name":"door"}`, nil},
 		{"DELETE /v1/snapshots/{name}", govern.KindSnapshot, env.aKey, "DELETE", "/v1/snapshots/door", "", "", nil},
 		{"POST /v1/snapshots/{name}/promote", govern.KindSnapshot, admin, "POST", "/v1/snapshots/door/promote", "application/json", `{"template":"door-snap:1"}`, nil},

@@ -37,6 +37,7 @@ const (
 	KindMemoryWrite     Kind = "memory.write"
 	KindAgentTool       Kind = "agent.tool"
 	KindSnapshot        Kind = "snapshot.change"
+	KindAgentChange     Kind = "agent.change"
 )
 
 // Surfaces: the door an action came through.
@@ -86,6 +87,7 @@ var kindTable = []kindSpec{
 	{KindMemoryWrite, "memory", reflect.TypeFor[MemoryWrite](), func(a *Action) any { return orZero(a.Memory) }},
 	{KindAgentTool, "agent_tool", reflect.TypeFor[AgentTool](), func(a *Action) any { return orZero(a.AgentTool) }},
 	{KindSnapshot, "snapshot", reflect.TypeFor[Snapshot](), func(a *Action) any { return orZero(a.Snapshot) }},
+	{KindAgentChange, "hosted_agent", reflect.TypeFor[AgentChange](), func(a *Action) any { return orZero(a.HostedAgent) }},
 }
 
 // kinds indexes kindTable.
@@ -153,6 +155,9 @@ type Action struct {
 	Memory    *MemoryWrite     `json:"memory,omitempty"`
 	AgentTool *AgentTool       `json:"agent_tool,omitempty"`
 	Snapshot  *Snapshot        `json:"snapshot,omitempty"`
+	// HostedAgent: a hosted agent's definition changed or a run started by
+	// hand (the CEL variable is hosted_agent: agent is the actor's).
+	HostedAgent *AgentChange `json:"hosted_agent,omitempty"`
 
 	// Payload is content the guard stage screens that is no attribute (a
 	// file write's body, an exec's environment values); never recorded.
@@ -333,6 +338,20 @@ type Snapshot struct {
 	Op       string `json:"op"` // create, delete or promote
 	Name     string `json:"name"`
 	Template string `json:"template,omitempty"` // promote: the template's name
+}
+
+// AgentChange are the attributes of agent.change (CEL: hosted_agent): a
+// hosted agent created, updated or deleted, or a run of it started through
+// the API (runs started by a schedule, a webhook or Slack are the agent's
+// own; what a run does is governed as the agent's principal). For create
+// and update they describe the new definition.
+type AgentChange struct {
+	Op         string   `json:"op"` // create, update, delete or run
+	Name       string   `json:"name"`
+	Template   string   `json:"template,omitempty"`
+	Sandbox    string   `json:"sandbox,omitempty"` // fresh or persistent
+	Scopes     []string `json:"scopes,omitempty"`  // of each run's key
+	MCPServers []string `json:"mcp_servers,omitempty"`
 }
 
 // KeyChange are the attributes of key.change (CEL: key).
