@@ -231,6 +231,24 @@ func detectors(names []string) ([]guard.Detector, error) {
 // is still decoded: JSON, base64, escapes): the guard test of the API.
 // Findings carry no value.
 func GuardScan(data []byte, asJSON bool, names []string) ([]GuardFinding, error) {
+	s, err := namedScanner(names)
+	if err != nil {
+		return nil, err
+	}
+	var fs []guard.Finding
+	if asJSON {
+		if fs, err = s.InspectJSON(data); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		}
+	} else {
+		fs = s.Inspect(string(data))
+	}
+	return guardFindings(fs), nil
+}
+
+// namedScanner is a scanner of the named built-in detectors (all when none
+// are named).
+func namedScanner(names []string) (*guard.Scanner, error) {
 	if len(names) == 0 {
 		names = guardDetectors
 	}
@@ -243,21 +261,17 @@ func GuardScan(data []byte, asJSON bool, names []string) ([]GuardFinding, error)
 	if err != nil {
 		return nil, err
 	}
-	s := guard.NewScanner(ds...)
-	var fs []guard.Finding
-	if asJSON {
-		if fs, err = s.InspectJSON(data); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
-		}
-	} else {
-		fs = s.Inspect(string(data))
-	}
+	return guard.NewScanner(ds...), nil
+}
+
+// guardFindings are fs without their values.
+func guardFindings(fs []guard.Finding) []GuardFinding {
 	out := make([]GuardFinding, 0, len(fs))
 	for _, f := range fs {
 		out = append(out, GuardFinding{Detector: f.Detector, Kind: f.Kind, Where: f.Path,
 			Start: f.Start, End: f.End, Confidence: f.Confidence})
 	}
-	return out, nil
+	return out
 }
 
 // guardTarget is the guard target of an action before it runs ("" for

@@ -1,12 +1,6 @@
 package govern
 
-import (
-	"context"
-	"fmt"
-	"slices"
-
-	"github.com/warden-sandbox/warden/internal/guard"
-)
+import "context"
 
 // ScreenWrite runs only the guard stage over a file write whose rules were
 // decided earlier (a presigned upload, decided when it was signed) or over
@@ -35,26 +29,9 @@ func (e *Engine) ScreenWrite(ctx context.Context, a *Action) Decision {
 // GuardScanner returns a scan of text by the named built-in detectors
 // (all when none are named), for evaluations: findings carry no value.
 func GuardScanner(names []string) (func(text string) []GuardFinding, error) {
-	if len(names) == 0 {
-		names = guardDetectors
-	}
-	for _, n := range names {
-		if !slices.Contains(guardDetectors, n) {
-			return nil, fmt.Errorf("%w: unknown detector %q: want secrets, pii or injection", ErrInvalidPolicy, n)
-		}
-	}
-	ds, err := detectors(names)
+	s, err := namedScanner(names)
 	if err != nil {
 		return nil, err
 	}
-	s := guard.NewScanner(ds...)
-	return func(text string) []GuardFinding {
-		fs := s.Inspect(text)
-		out := make([]GuardFinding, 0, len(fs))
-		for _, f := range fs {
-			out = append(out, GuardFinding{Detector: f.Detector, Kind: f.Kind, Where: f.Path,
-				Start: f.Start, End: f.End, Confidence: f.Confidence})
-		}
-		return out
-	}, nil
+	return func(text string) []GuardFinding { return guardFindings(s.Inspect(text)) }, nil
 }
