@@ -106,7 +106,12 @@ func (n *netstack) serveDNSUDP(uc *gonet.UDPConn) {
 	}
 }
 
-func (n *netstack) serveDNSTCP(ln *gonet.TCPListener) {
+func (n *netstack) serveDNSTCP(ln *gonet.TCPListener) { n.serveTCP(ln, n.serveDNSConn) }
+
+// serveTCP accepts the sandbox's connections on ln and serves each with
+// serve on a tracked goroutine, within the link's connection limit, until
+// ln or the stack closes.
+func (n *netstack) serveTCP(ln *gonet.TCPListener, serve func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -120,7 +125,7 @@ func (n *netstack) serveDNSTCP(ln *gonet.TCPListener) {
 			defer n.l.release()
 			defer n.untrack(c)
 			defer c.Close()
-			n.serveDNSConn(c)
+			serve(c)
 		}) {
 			n.l.release()
 			c.Close()

@@ -68,24 +68,5 @@ func (n *netstack) startLocal() error {
 
 func (n *netstack) serveLocal(ln *gonet.TCPListener) {
 	local := n.l.m.cfg.Local
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		if !fromSandbox(addrOf(c.RemoteAddr())) || !n.l.acquire() {
-			c.Close()
-			continue
-		}
-		if !n.track(c) || !n.goTracked(func() {
-			defer n.l.release()
-			defer n.untrack(c)
-			defer c.Close()
-			local(n.l.id, c)
-		}) {
-			n.l.release()
-			c.Close()
-			return
-		}
-	}
+	n.serveTCP(ln, func(c net.Conn) { local(n.l.id, c) })
 }
