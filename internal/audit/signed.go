@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,16 +42,6 @@ import (
 // SigningKeySize is the size of the Ed25519 seed in the key file.
 const SigningKeySize = 32
 
-// More kinds of Problem, found against signed checkpoints.
-const (
-	// KindRewritten: the events a checkpoint covers no longer hash to its
-	// root.
-	KindRewritten Kind = "rewritten"
-	// KindCheckpoint: the series of checkpoints itself is damaged (one
-	// dropped, reordered or shrinking).
-	KindCheckpoint Kind = "checkpoint"
-)
-
 // Keys returns the note signer and the verifier key (the public key, in
 // the signed-note "name+hash+base64" form) of an Ed25519 seed.
 func Keys(seed []byte, name string) (note.Signer, string, error) {
@@ -70,21 +59,6 @@ func Keys(seed []byte, name string) (note.Signer, string, error) {
 	return s, vkey, nil
 }
 
-// Checkpoint is a parsed, verified checkpoint.
-type Checkpoint struct {
-	Origin string
-	N      int64
-	Size   int64
-	Root   [sha256.Size]byte
-	Prev   string // base64 SHA-256 of the previous checkpoint's text; "" for N = 1
-	Time   time.Time
-	Text   string // the signed text
-}
-
-func (c Checkpoint) String() string {
-	return fmt.Sprintf("checkpoint %d (%d events, %s)", c.N, c.Size, c.Time.UTC().Format(time.RFC3339))
-}
-
 func checkpointText(origin string, n, size int64, root [sha256.Size]byte, prev string, t time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n%d\n%s\ncheckpoint %d\n", origin, size, base64.StdEncoding.EncodeToString(root[:]), n)
@@ -98,203 +72,6 @@ func checkpointText(origin string, n, size int64, root [sha256.Size]byte, prev s
 func textHash(text string) string {
 	h := sha256.Sum256([]byte(text))
 	return base64.StdEncoding.EncodeToString(h[:])
-}
-
-func parseCheckpointText(text string) (Checkpoint, error) {
-	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-	if len(lines) < 5 {
-		return Checkpoint{}, errors.New("too few lines for a checkpoint")
-	}
-	c := Checkpoint{Origin: lines[0], Text: text}
-	var err error
-	if c.Size, err = strconv.ParseInt(lines[1], 10, 64); err != nil || c.Size < 0 {
-		return Checkpoint{}, errors.New("bad tree size")
-	}
-	root, err := base64.StdEncoding.DecodeString(lines[2])
-	if err != nil || len(root) != sha256.Size {
-		return Checkpoint{}, errors.New("bad root hash")
-	}
-	copy(c.Root[:], root)
-	for _, l := range lines[3:] {
-		k, v, _ := strings.Cut(l, " ")
-		switch k {
-		case "checkpoint":
-			if c.N, err = strconv.ParseInt(v, 10, 64); err != nil || c.N < 1 {
-				return Checkpoint{}, errors.New("bad checkpoint number")
-			}
-		case "prev":
-			c.Prev = v
-		case "time":
-			if c.Time, err = time.Parse(time.RFC3339Nano, v); err != nil {
-				return Checkpoint{}, errors.New("bad time")
-			}
-		}
-	}
-	if c.N == 0 {
-		return Checkpoint{}, errors.New("no checkpoint number")
-	}
-	return c, nil
-}
-
-// ParseCheckpoints reads one or more signed checkpoints, as the daemon
-// writes them to its checkpoint file (notes one after the other, a blank
-// line between them), and verifies each signature with the verifier key
-// vkey. A note that does not verify is an error naming it.
-func ParseCheckpoints(data []byte, vkey string) ([]Checkpoint, error) {
-	v, err := note.NewVerifier(strings.TrimSpace(vkey))
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint public key: %w", err)
-	}
-	known := note.VerifierList(v)
-	// A note is its text, a blank line and its signature lines (which
-	// start with "— "); notes are separated by a blank line.
-	parts := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n\n")
-	var out []Checkpoint
-	for i := 0; i < len(parts); i++ {
-		text := strings.TrimLeft(parts[i], "\n")
-		if strings.TrimSpace(text) == "" {
-			continue
-		}
-		if i+1 >= len(parts) || !strings.HasPrefix(parts[i+1], "— ") {
-			return nil, fmt.Errorf("note %d: no signature after its text", len(out)+1)
-		}
-		sigs := strings.TrimRight(parts[i+1], "\n") + "\n"
-		i++
-		n, err := note.Open([]byte(text+"\n\n"+sigs), known)
-		if err != nil {
-			return nil, fmt.Errorf("note %d (%q...): %w: it was altered or signed by another key", len(out)+1, firstLine(text, 2), err)
-		}
-		c, err := parseCheckpointText(n.Text)
-		if err != nil {
-			return nil, fmt.Errorf("note %d: %w", len(out)+1, err)
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no checkpoint in the file")
-	}
-	return out, nil
-}
-
-func firstLine(s string, n int) string {
-	lines := strings.SplitN(s, "\n", n+1)
-	if len(lines) > n {
-		lines = lines[:n]
-	}
-	return strings.Join(lines, " ")
-}
-
-// LogChecker checks a log, event by event in seq order, against signed
-// checkpoints, without the HMAC key: the seqs must run from 1 without
-// gaps, each event must link to the one before, and the first Size events
-// must hash to each checkpoint's root.
-type LogChecker struct {
-	cps      []Checkpoint // in file order
-	bySize   map[int64][]int
-	tree     Tree
-	prevSeq  int64
-	prevHash string
-	problems []Problem
-	matched  map[int]bool
-}
-
-// NewLogChecker checks the series of checkpoints (numbers without gaps,
-// each naming the one before, sizes not shrinking) and returns a checker
-// for the log.
-func NewLogChecker(cps []Checkpoint) *LogChecker {
-	lc := &LogChecker{cps: cps, bySize: map[int64][]int{}, prevHash: GenesisHash, matched: map[int]bool{}}
-	for i, c := range cps {
-		lc.bySize[c.Size] = append(lc.bySize[c.Size], i)
-		if i == 0 {
-			continue
-		}
-		p := cps[i-1]
-		switch {
-		case c.N > p.N+1:
-			missingN := fmt.Sprintf("checkpoint %d is missing", p.N+1)
-			if c.N > p.N+2 {
-				missingN = fmt.Sprintf("checkpoints %d to %d are missing", p.N+1, c.N-1)
-			}
-			lc.problems = append(lc.problems, Problem{c.Size, KindCheckpoint, fmt.Sprintf(
-				"%s: %s follows checkpoint %d (%d events): a checkpoint was dropped", missingN, c, p.N, p.Size)})
-		case c.N <= p.N:
-			lc.problems = append(lc.problems, Problem{c.Size, KindCheckpoint, fmt.Sprintf(
-				"%s comes after checkpoint %d: the checkpoints are out of order or repeated", c, p.N)})
-		case c.Prev != textHash(p.Text):
-			lc.problems = append(lc.problems, Problem{c.Size, KindCheckpoint, fmt.Sprintf(
-				"%s does not name checkpoint %d before it (prev %s): a checkpoint was replaced", c, p.N, short(c.Prev))})
-		}
-		if c.Size < p.Size {
-			lc.problems = append(lc.problems, Problem{c.Size, KindCheckpoint, fmt.Sprintf(
-				"%s covers fewer events than checkpoint %d (%d): the log shrank between them", c, p.N, p.Size)})
-		}
-	}
-	for _, i := range lc.bySize[0] {
-		lc.check(i)
-	}
-	return lc
-}
-
-// Add checks the next event of the log.
-func (lc *LogChecker) Add(seq int64, prevHash, hash string) {
-	switch {
-	case seq <= lc.prevSeq:
-		lc.problems = append(lc.problems, Problem{seq, KindReordered, fmt.Sprintf("event has seq %d, not after %d", seq, lc.prevSeq)})
-		return
-	case seq > lc.prevSeq+1:
-		lc.problems = append(lc.problems, missing(lc.prevSeq+1, seq-1, ""))
-	case prevHash != lc.prevHash:
-		lc.problems = append(lc.problems, Problem{seq, KindBrokenChain, fmt.Sprintf(
-			"event %d does not link to the hash of event %d stored before it", seq, lc.prevSeq)})
-	}
-	lc.prevSeq, lc.prevHash = seq, hash
-	if err := lc.tree.Append(hash); err != nil {
-		lc.problems = append(lc.problems, Problem{seq, KindModified, fmt.Sprintf("event %d: %v", seq, err)})
-		var zero [sha256.Size]byte
-		_ = lc.tree.Append(fmt.Sprintf("%x", zero))
-	}
-	for _, i := range lc.bySize[lc.tree.Size()] {
-		lc.check(i)
-	}
-}
-
-// check compares checkpoint i with the tree at its size.
-func (lc *LogChecker) check(i int) {
-	c := lc.cps[i]
-	if lc.tree.Root() == c.Root {
-		lc.matched[i] = true
-		return
-	}
-	// Where: after the largest earlier checkpoint that still matches.
-	from := int64(1)
-	for j, d := range lc.cps {
-		if lc.matched[j] && d.Size < c.Size && d.Size+1 > from {
-			from = d.Size + 1
-		}
-	}
-	lc.problems = append(lc.problems, Problem{from, KindRewritten, fmt.Sprintf(
-		"the first %d events do not hash to the root of %s: the log was rewritten after it was signed; "+
-			"the change is in events %d to %d", c.Size, c, from, c.Size)})
-}
-
-// Finish returns the problems found; checkpoints that cover more events
-// than the log holds are reported as truncation.
-func (lc *LogChecker) Finish() Report {
-	problems := lc.problems
-	var top *Checkpoint
-	for i := range lc.cps {
-		if lc.cps[i].Size > lc.tree.Size() && (top == nil || lc.cps[i].Size > top.Size) {
-			top = &lc.cps[i]
-		}
-	}
-	if top != nil {
-		problems = append(problems, missing(lc.tree.Size()+1, top.Size, fmt.Sprintf(
-			"; the log ends at seq %d but %s covers %d events: the log was truncated", lc.tree.Size(), *top, top.Size)))
-	}
-	if problems == nil {
-		problems = []Problem{}
-	}
-	return Report{OK: len(problems) == 0, Checked: int(lc.tree.Size()), Problems: problems}
 }
 
 // CheckpointStore keeps the signed checkpoints (*sqlite.Store).

@@ -12,6 +12,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/audit"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/store/sqlite"
+	"github.com/warden-sandbox/warden/sdk/go/auditcheck"
 )
 
 // signedEnv is a log with a checkpoint publisher writing to a file.
@@ -52,13 +53,13 @@ func (e *signedEnv) checkpoint(t *testing.T, n int) store.AuditCheckpoint {
 }
 
 // check runs the checker over st's log against the checkpoint file data.
-func check(t *testing.T, st store.Store, data []byte, vkey string) audit.Report {
+func check(t *testing.T, st store.Store, data []byte, vkey string) auditcheck.Report {
 	t.Helper()
-	cps, err := audit.ParseCheckpoints(data, vkey)
+	cps, err := auditcheck.ParseCheckpoints(data, vkey)
 	if err != nil {
 		t.Fatalf("ParseCheckpoints: %v", err)
 	}
-	lc := audit.NewLogChecker(cps)
+	lc := auditcheck.NewLogChecker(cps)
 	if err := st.WalkAudit(context.Background(), func(e audit.Event) error {
 		lc.Add(e.Seq, e.PrevHash, e.Hash)
 		return nil
@@ -81,7 +82,7 @@ func (e *signedEnv) files(t *testing.T) ([]byte, string) {
 	return data, string(vkey)
 }
 
-func wantProblem(t *testing.T, r audit.Report, kind audit.Kind, seq int64, msg ...string) {
+func wantProblem(t *testing.T, r auditcheck.Report, kind auditcheck.Kind, seq int64, msg ...string) {
 	t.Helper()
 	for _, p := range r.Problems {
 		if p.Kind == kind && p.Seq == seq {
@@ -147,7 +148,7 @@ func TestSignedTruncation(t *testing.T) {
 	e.close(t)
 	e.exec(t, `DELETE FROM audit_events WHERE seq > 6`)
 	r := check(t, e.st, data, vkey)
-	wantProblem(t, r, audit.KindMissing, 7, "events 7 to 10", "the log ends at seq 6", "checkpoint 2 (10 events", "truncated")
+	wantProblem(t, r, auditcheck.KindMissing, 7, "events 7 to 10", "the log ends at seq 6", "checkpoint 2 (10 events", "truncated")
 	if len(r.Problems) != 1 {
 		t.Fatalf("problems %+v", r.Problems)
 	}
@@ -193,7 +194,7 @@ func TestSignedRewrite(t *testing.T) {
 	}
 	l2.Close()
 	r := check(t, st2, data, vkey)
-	wantProblem(t, r, audit.KindRewritten, 5, "the first 8 events do not hash to the root of checkpoint 2", "events 5 to 8")
+	wantProblem(t, r, auditcheck.KindRewritten, 5, "the first 8 events do not hash to the root of checkpoint 2", "events 5 to 8")
 	if len(r.Problems) != 1 {
 		t.Fatalf("problems %+v", r.Problems)
 	}
@@ -213,20 +214,20 @@ func TestSignedCheckpointDropped(t *testing.T) {
 	}
 	dropped := strings.Join(append(append([]string{}, notes[:2]...), notes[4:]...), "\n\n")
 	r := check(t, e.st, []byte(dropped), vkey)
-	wantProblem(t, r, audit.KindCheckpoint, 6, "checkpoint 2 is missing", "checkpoint 3 (6 events", "follows checkpoint 1 (2 events)")
+	wantProblem(t, r, auditcheck.KindCheckpoint, 6, "checkpoint 2 is missing", "checkpoint 3 (6 events", "follows checkpoint 1 (2 events)")
 	if len(r.Problems) != 1 {
 		t.Fatalf("problems %+v", r.Problems)
 	}
 	// An altered note does not verify.
 	altered := strings.Replace(string(data), "warden-audit/test\n4\n", "warden-audit/test\n3\n", 1)
-	if _, err := audit.ParseCheckpoints([]byte(altered), vkey); err == nil || !strings.Contains(err.Error(), "note 2") {
+	if _, err := auditcheck.ParseCheckpoints([]byte(altered), vkey); err == nil || !strings.Contains(err.Error(), "note 2") {
 		t.Fatalf("altered note: %v", err)
 	}
 	// Another key's notes do not verify either.
 	other := make([]byte, audit.SigningKeySize)
 	rand.Read(other)
 	_, vkey2, _ := audit.Keys(other, "warden-audit")
-	if _, err := audit.ParseCheckpoints(data, vkey2); err == nil || !strings.Contains(err.Error(), "note 1") {
+	if _, err := auditcheck.ParseCheckpoints(data, vkey2); err == nil || !strings.Contains(err.Error(), "note 1") {
 		t.Fatalf("another key: %v", err)
 	}
 }

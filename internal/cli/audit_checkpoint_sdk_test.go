@@ -21,10 +21,10 @@ import (
 
 // TestAuditCheckpointSDKCrossCheck: the notes the daemon's Publisher
 // signs verify with the SDK's stdlib-only auditcheck package (what
-// 'warden audit verify --checkpoint' uses), parse to the same
-// checkpoints, and the SDK's checker reports exactly what internal/audit's
-// does; through the CLI, truncation, a rewrite and a dropped checkpoint
-// are each reported.
+// 'warden audit verify --checkpoint' uses, and the only checker: the
+// daemon builds its tree with the same package) and parse to the
+// checkpoints of the log's roots; through the CLI, truncation, a rewrite
+// and a dropped checkpoint are each reported.
 func TestAuditCheckpointSDKCrossCheck(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -90,40 +90,32 @@ func TestAuditCheckpointSDKCrossCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The same checkpoints from both parsers.
-	theirs, err := audit.ParseCheckpoints(notes, string(vkey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The Publisher's notes parse, in order, to checkpoints whose roots
+	// are those of the log's first Size events.
 	ours, err := auditcheck.ParseCheckpoints(notes, string(vkey))
 	if err != nil {
 		t.Fatalf("auditcheck.ParseCheckpoints of the Publisher's notes: %v", err)
 	}
-	if len(ours) != 3 || len(theirs) != 3 {
-		t.Fatalf("%d and %d checkpoints, want 3", len(ours), len(theirs))
+	if len(ours) != 3 {
+		t.Fatalf("%d checkpoints, want 3", len(ours))
 	}
-	for i, a := range theirs {
-		b := ours[i]
-		if a.Origin != b.Origin || a.N != b.N || a.Size != b.Size || a.Root != b.Root || a.Prev != b.Prev || !a.Time.Equal(b.Time) ||
-			a.Text != b.Text || a.String() != b.String() {
-			t.Fatalf("checkpoint %d differs:\n%+v\n%+v", i+1, a, b)
+	var tree auditcheck.Tree
+	roots := map[int64][32]byte{}
+	for _, e := range events {
+		if err := tree.Append(e.Hash); err != nil {
+			t.Fatal(err)
+		}
+		roots[tree.Size()] = tree.Root()
+	}
+	for i, c := range ours {
+		if c.N != int64(i+1) || c.Size != []int64{4, 7, 10}[i] || c.Root != roots[c.Size] {
+			t.Fatalf("checkpoint %d: %+v, want number %d over %d events with the log's root", i+1, c, i+1, []int64{4, 7, 10}[i])
 		}
 	}
-	// A note altered after signing fails in both.
+	// A note altered after signing fails.
 	altered := strings.Replace(string(notes), "\n7\n", "\n8\n", 1)
 	if _, err := auditcheck.ParseCheckpoints([]byte(altered), string(vkey)); err == nil {
 		t.Fatal("auditcheck accepted an altered note")
-	}
-	if _, err := audit.ParseCheckpoints([]byte(altered), string(vkey)); err == nil {
-		t.Fatal("audit accepted an altered note")
-	}
-	// Same Merkle roots.
-	var ta audit.Tree
-	var tb auditcheck.Tree
-	for _, e := range events {
-		if ta.Append(e.Hash) != nil || tb.Append(e.Hash) != nil || ta.Root() != tb.Root() {
-			t.Fatalf("tree roots differ at seq %d", e.Seq)
-		}
 	}
 
 	// The notes one by one, for a file with one dropped.
@@ -195,34 +187,6 @@ func TestAuditCheckpointSDKCrossCheck(t *testing.T) {
 				t.Errorf("stderr: %q", res.stderr)
 			}
 
-			// Both checkers report exactly the same on this log.
-			data, err := os.ReadFile(tc.file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := audit.ParseCheckpoints(data, string(vkey))
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := auditcheck.ParseCheckpoints(data, string(vkey))
-			if err != nil {
-				t.Fatal(err)
-			}
-			la, lb := audit.NewLogChecker(a), auditcheck.NewLogChecker(b)
-			for _, e := range tc.log {
-				la.Add(e.Seq, e.PrevHash, e.Hash)
-				lb.Add(e.Seq, e.PrevHash, e.Hash)
-			}
-			ra, rb := la.Finish(), lb.Finish()
-			if ra.OK != rb.OK || ra.Checked != rb.Checked || len(ra.Problems) != len(rb.Problems) {
-				t.Fatalf("reports differ:\n%+v\n%+v", ra, rb)
-			}
-			for i := range ra.Problems {
-				pa, pb := ra.Problems[i], rb.Problems[i]
-				if pa.Seq != pb.Seq || string(pa.Kind) != string(pb.Kind) || pa.Message != pb.Message {
-					t.Errorf("problem %d differs:\n%+v\n%+v", i, pa, pb)
-				}
-			}
 		})
 	}
 }
