@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,15 @@ import (
 // loaded machine, where wall time stretches with the run queue; the garbage
 // collector's work lands on whichever exec it interrupts, so the added CPU
 // may be under-counted by part of the rules' collection cost).
+//
+// It also times the decision inside each server, where the exec's socket
+// reads, SQLite writes and fork run between decisions (the caches are as
+// cold as in production): both engines get a first stage that starts a
+// clock and a last stage that stops it, so the span is the rules stage
+// alone (no rules for the first engine). decide-added-p50-µs, the
+// difference of the two p50s, is what the rules add to an exec, free of
+// the exec's own wall-time noise, which at a few milliseconds swamps
+// tens of microseconds in the end-to-end figures.
 //
 // The package's backend runs the command: WARDEN_TEST_BACKEND=fake (or not
 // root) gives the fake backend, whose exec is a host fork/exec of true, so
@@ -70,8 +80,9 @@ func BenchmarkGovernedExecAPIOtherKind(b *testing.B) {
 
 func benchGovernedExecAPI(b *testing.B, p govern.Policy) {
 	ctx := context.Background()
-	none := govern.New(govern.Config{})
-	ruled := govern.New(govern.Config{})
+	tNone, tRuled := newDecideTimer(), newDecideTimer()
+	none := govern.New(tNone.config())
+	ruled := govern.New(tRuled.config())
 	defer none.Close()
 	defer ruled.Close()
 	if _, err := ruled.CreatePolicy(ctx, p, "bench"); err != nil {
@@ -117,6 +128,8 @@ func benchGovernedExecAPI(b *testing.B, p govern.Policy) {
 		exec(cRuled, cpuRuled)
 	}
 	*cpuNone, *cpuRuled = 0, 0
+	tNone.reset()
+	tRuled.reset()
 	var base, rules []time.Duration
 	var halves [2][]time.Duration // base, split in two halves that each run first as often
 	for i := 0; b.Loop(); i++ {
@@ -147,10 +160,63 @@ func benchGovernedExecAPI(b *testing.B, p govern.Policy) {
 	b.ReportMetric(pct(rules, 0.99), "100rules-p99-µs")
 	b.ReportMetric(pct(rules, 0.50)-pct(base, 0.50), "added-p50-µs")
 	b.ReportMetric(pct(rules, 0.50)/pct(base, 0.50), "ratio-p50")
+	dn, dr := tNone.durations(), tRuled.durations()
+	if len(dn) == 0 || len(dr) == 0 {
+		b.Fatalf("no decisions timed (%d, %d)", len(dn), len(dr))
+	}
+	b.ReportMetric(pct(dn, 0.50), "decide-norules-p50-µs")
+	b.ReportMetric(pct(dr, 0.50), "decide-100rules-p50-µs")
+	b.ReportMetric(pct(dr, 0.99), "decide-100rules-p99-µs")
+	b.ReportMetric(pct(dr, 0.50)-pct(dn, 0.50), "decide-added-p50-µs")
 	n := float64(len(base))
 	b.ReportMetric(float64(cpuNone.Nanoseconds())/n/1e3, "norules-cpu-µs")
 	b.ReportMetric(float64((*cpuRuled-*cpuNone).Nanoseconds())/n/1e3, "added-cpu-µs")
 	b.ReportMetric(0, "ns/op") // one op is two execs: the percentiles say more
+}
+
+// decideTimer times the stages between its first and last stage of each
+// decision in a server (Access is the first stage, After the last).
+type decideTimer struct {
+	mu    sync.Mutex
+	start map[*govern.Action]time.Time
+	d     []time.Duration
+}
+
+func newDecideTimer() *decideTimer {
+	return &decideTimer{start: map[*govern.Action]time.Time{}}
+}
+
+func (t *decideTimer) config() govern.Config {
+	return govern.Config{
+		Access: govern.StageFunc("bench-start", func(_ context.Context, a *govern.Action) (govern.Decision, error) {
+			t.mu.Lock()
+			t.start[a] = time.Now()
+			t.mu.Unlock()
+			return govern.Decision{Outcome: govern.Allow}, nil
+		}),
+		After: []govern.Stage{govern.StageFunc("bench-stop", func(_ context.Context, a *govern.Action) (govern.Decision, error) {
+			now := time.Now()
+			t.mu.Lock()
+			if t0, ok := t.start[a]; ok {
+				t.d = append(t.d, now.Sub(t0))
+				delete(t.start, a)
+			}
+			t.mu.Unlock()
+			return govern.Decision{Outcome: govern.Allow}, nil
+		})},
+	}
+}
+
+func (t *decideTimer) reset() {
+	t.mu.Lock()
+	t.d = t.d[:0]
+	t.mu.Unlock()
+}
+
+func (t *decideTimer) durations() []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.d)
 }
 
 // processCPU is this process's CPU time (user and system, all threads).

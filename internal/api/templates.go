@@ -106,6 +106,18 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// A snapshot is its owner's alone (snapshots.go): named by its
+	// manifest id, another principal's snapshot is not found. A template
+	// promoted from it is read by its tag.
+	if strings.HasPrefix(name, "sha256:") && s.cfg.Snapshots != nil {
+		owner, ok, err := s.cfg.Snapshots.OwnerOfTemplate(r.Context(), in.ID)
+		if err != nil {
+			return err
+		}
+		if ok && owner != stateOf(r).principal {
+			return notFoundf("template %s not found", name)
+		}
+	}
 	return writeJSON(w, http.StatusOK, in)
 }
 

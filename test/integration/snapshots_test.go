@@ -87,6 +87,11 @@ echo ok`
 		wantStatus(t, "another's snapshot", err, 404)
 		_, err = other.CreateSandbox(ctx, warden.CreateSandboxRequest{Template: snap.TemplateID})
 		wantStatus(t, "another's snapshot by template id", err, 422)
+		_, err = other.GetTemplate(ctx, snap.TemplateID)
+		wantStatus(t, "another's snapshot's manifest by template id", err, 404)
+		if tm, err := c.GetTemplate(ctx, snap.TemplateID); err != nil || tm.ID != snap.TemplateID {
+			t.Fatalf("the owner reads its snapshot's template: %+v %v", tm, err)
+		}
 		if l, err := c.ListSnapshots(ctx, ""); err != nil || len(l) != 1 {
 			t.Fatalf("snapshots after refused creates: %+v %v", l, err)
 		}
@@ -268,7 +273,7 @@ func agentKey(t *testing.T, admin *warden.Client, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := admin.CreateKey(ctxT(t), warden.CreateKeyRequest{PrincipalID: p.ID, Scopes: []string{"sandboxes:create", "sandboxes:read"}})
+	k, err := admin.CreateKey(ctxT(t), warden.CreateKeyRequest{PrincipalID: p.ID, Scopes: []string{"sandboxes:create", "sandboxes:read", "templates:read"}})
 	if err != nil {
 		t.Fatal(err)
 	}
