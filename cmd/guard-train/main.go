@@ -27,7 +27,7 @@ func main() {
 
 func run() error {
 	cfg := inject.DefaultTrainConfig()
-	data := flag.String("data", "internal/guard/inject/testdata/injection_public.jsonl.gz,internal/guard/inject/testdata/injection_synthetic.jsonl.gz",
+	data := flag.String("data", "internal/guard/inject/testdata/injection_public.jsonl.gz,internal/guard/inject/testdata/injection_synthetic.jsonl.gz,internal/guard/inject/testdata/benign_requests.jsonl.gz",
 		"comma-separated JSONL files (optionally .gz) with text, label (benign|injection|jailbreak) and split")
 	out := flag.String("out", "internal/guard/inject/model.bin", "model file to write")
 	split := flag.String("split", cfg.Split, "split to train on (never dev)")

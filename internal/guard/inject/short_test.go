@@ -2,6 +2,7 @@ package inject
 
 import (
 	"context"
+	"slices"
 	"testing"
 )
 
@@ -44,5 +45,38 @@ func TestShortValuesNotClassified(t *testing.T) {
 		if got := hasWords(c.s, c.n); got != c.want {
 			t.Errorf("hasWords(%q, %d) = %v, want %v", c.s, c.n, got, c.want)
 		}
+	}
+}
+
+// TestShortRequests: ordinary short requests to an assistant ("Please
+// summarize this document for me.") are not attacks. The corpus has few
+// such benign rows, and the classifier trained on it alone flagged 11 of
+// the 100 handwritten dev requests in testdata/benign_requests.jsonl.gz;
+// trained with that file's templated train rows it must stay within the
+// issue's false-positive bar on them, as on the corpus's dev split.
+func TestShortRequests(t *testing.T) {
+	m, err := DefaultModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(m.Info().Data, "benign_requests.jsonl.gz") {
+		t.Fatalf("committed model was trained on %v, want benign_requests.jsonl.gz among them", m.Info().Data)
+	}
+	dev, err := ReadExamples("testdata/benign_requests.jsonl.gz", "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dev) < 100 {
+		t.Fatalf("%d dev requests, want 100", len(dev))
+	}
+	flagged := 0
+	for _, ex := range dev {
+		if p := m.Score(ex.Text); p.Attack >= m.Threshold() {
+			flagged++
+			t.Logf("flagged (%.3f): %s", p.Attack, ex.Text)
+		}
+	}
+	if rate := float64(flagged) / float64(len(dev)); rate > maxFPR {
+		t.Errorf("false-positive rate %.3f (%d/%d) on short benign requests, want <= %.2f", rate, flagged, len(dev), maxFPR)
 	}
 }
