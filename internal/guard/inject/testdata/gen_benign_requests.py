@@ -28,7 +28,6 @@ suffixes = ["", " for me", " please", " when you get a chance", " in a few sente
 rows = set()
 while len(rows) < 700:
     p = random.choice(prefixes); t = random.choice(tasks); s = random.choice(suffixes)
-    text = p + (t if p and not p.endswith(", ") and p not in ("",) else t[0].upper()+t[1:]) if p else t[0].upper()+t[1:]
     text = p + t + s if p else t[0].upper() + t[1:] + s
     q = p in ("Can you ","Could you ","Would you ","Hey, can you ")
     text += "?" if q else random.choice([".", "", "!"]) 
