@@ -120,6 +120,12 @@ type Config struct {
 	// secrets store): Slack's signing secret and bot token. Nil: Slack
 	// triggers are refused.
 	Secret func(ctx context.Context, owner, name string) ([]byte, error)
+	// Grants gives runs' sandboxes their spec's secrets; Policies attaches
+	// specs' policies to agents' principals; Teams keeps team memories'
+	// owners (enforce.go). Each nil: specs asking for it are refused.
+	Grants   Grants
+	Policies Policies
+	Teams    Teams
 }
 
 // Service runs hosted agents.
@@ -197,6 +203,9 @@ func (s *Service) Create(ctx context.Context, by auth.Identity, spec Spec) (stor
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return store.Agent{}, err
 	}
+	if err := s.checkEnforced(ctx, by, by.Principal.ID, spec, nil); err != nil {
+		return store.Agent{}, err
+	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return store.Agent{}, fmt.Errorf("agent spec: %w", err)
@@ -216,6 +225,7 @@ func (s *Service) Create(ctx context.Context, by auth.Identity, spec Spec) (stor
 	if err := s.grant(ctx, a, spec, by); err != nil {
 		return a, err
 	}
+	s.attach(a, &spec)
 	s.audit(ctx, by.Principal.ID, "agent.created", a.Name, map[string]any{"principal": p.ID, "version": 1})
 	return a, nil
 }
@@ -242,6 +252,13 @@ func (s *Service) Update(ctx context.Context, by auth.Identity, a store.Agent, s
 	if spec.Name != a.Name {
 		return store.Agent{}, invalid("agent spec: name %q: an agent cannot be renamed (it is %q)", spec.Name, a.Name)
 	}
+	var prev *Spec
+	if old, err := ParseSpec(a.Spec); err == nil {
+		prev = &old
+	}
+	if err := s.checkEnforced(ctx, by, a.OwnerID, spec, prev); err != nil {
+		return store.Agent{}, err
+	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return store.Agent{}, fmt.Errorf("agent spec: %w", err)
@@ -252,6 +269,14 @@ func (s *Service) Update(ctx context.Context, by auth.Identity, a store.Agent, s
 	up, err := s.cfg.Store.UpdateAgentSpec(ctx, a.ID, raw, by.Principal.ID, s.now().UTC())
 	if err != nil {
 		return store.Agent{}, err
+	}
+	s.attach(up, &spec)
+	// The persistent sandbox's grants follow the new version at once (a
+	// removed secret is revoked); new placeholders reach it at its next run.
+	if up.SandboxID != "" {
+		if _, err := s.syncSecrets(ctx, up, spec, up.SandboxID, false); err != nil {
+			s.log.Warn("agents: re-sync the persistent sandbox's secrets", "agent", a.Name, "err", err)
+		}
 	}
 	s.mu.Lock()
 	s.forgetCron(a.ID)
@@ -289,6 +314,7 @@ func (s *Service) Delete(ctx context.Context, by auth.Identity, a store.Agent) e
 	if err := s.cfg.Store.DeleteAgent(ctx, a.ID); err != nil {
 		return err
 	}
+	s.attach(a, nil)
 	for _, r := range runs {
 		os.Remove(s.logPath(r.ID))
 	}
@@ -360,6 +386,9 @@ func (s *Service) Cancel(ctx context.Context, id string) (store.AgentRun, error)
 // dispatcher and the cron loop until Close.
 func (s *Service) Start(ctx context.Context) error {
 	if err := s.recover(ctx); err != nil {
+		return err
+	}
+	if err := s.attachAll(ctx); err != nil {
 		return err
 	}
 	s.wg.Add(1)
@@ -691,6 +720,17 @@ func (s *Service) execute(ctx context.Context, ar *activeRun, a store.Agent, spe
 		return
 	}
 	env := s.runEnv(a, spec, r, key, sb.ID)
+	// The version's secrets: grants of this sandbox (revoked with it, or
+	// kept in step with the spec for a persistent one); the run's process
+	// gets the placeholders.
+	genv, err := s.syncSecrets(tctx, a, spec, sb.ID, true)
+	if err != nil {
+		failed(fmt.Errorf("secrets: %w", err))
+		return
+	}
+	for k, v := range genv {
+		env[k] = v
+	}
 	logf("run %s of %s (version %d, trigger %s) in sandbox %s", r.ID, a.Name, r.Version, r.Trigger, sb.ID)
 	res, err := client.Run(tctx, agentclient.Cmd{Args: spec.Command, Env: env, Dir: spec.Workdir,
 		Stdout: io.MultiWriter(&logWriter{s: s, run: r.ID, stream: "stdout"}, &stdout), Stderr: &logWriter{s: s, run: r.ID, stream: "stderr"}})

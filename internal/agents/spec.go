@@ -53,8 +53,12 @@ type Spec struct {
 	// MCPServers are virtual MCP servers granted to the agent's principal
 	// (the creator needs mcp:admin).
 	MCPServers []string `json:"mcp_servers,omitempty" yaml:"mcp_servers,omitempty"`
-	// Secrets names secrets the agent may use (recorded; see docs/agents.md).
-	Secrets []string `json:"secrets,omitempty" yaml:"secrets,omitempty"`
+	// Secrets are the brokered grants each run's sandbox gets (secrets.go):
+	// secrets of the agent's owner, usable on the named hosts, whose
+	// values never enter the sandbox.
+	Secrets []SecretGrant `json:"secrets,omitempty" yaml:"secrets,omitempty"`
+	// Memory names the team memory the agent shares (secrets.go).
+	Memory *MemorySpec `json:"memory,omitempty" yaml:"memory,omitempty"`
 	// Scopes are the scopes of each run's API key (default mcp:use and
 	// llm:use); human-only scopes are refused.
 	Scopes []string `json:"scopes,omitempty" yaml:"scopes,omitempty"`
@@ -64,7 +68,8 @@ type Spec struct {
 	LLMBudget *LLMBudget      `json:"llm_budget,omitempty" yaml:"llm_budget,omitempty"`
 	Network   *network.Policy `json:"network,omitempty" yaml:"network,omitempty"`
 	Limits    Limits          `json:"limits,omitzero" yaml:"limits,omitempty"`
-	// Policies names governance policies that apply to the agent (recorded).
+	// Policies are IDs of governance policies attached to the agent's
+	// principal: they apply to its runs besides their own scope.
 	Policies []string `json:"policies,omitempty" yaml:"policies,omitempty"`
 	// Concurrency caps the agent's runs at once (default 1); more wait queued.
 	Concurrency int      `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
@@ -190,6 +195,9 @@ func (s *Spec) Validate() error {
 		if len(c.Input) > 0 && !json.Valid(c.Input) {
 			return fmt.Errorf("triggers.cron[%d].input is not JSON", i)
 		}
+	}
+	if err := s.validateEnforced(); err != nil {
+		return err
 	}
 	if err := s.LLMBudget.validate(); err != nil {
 		return fmt.Errorf("llm_budget: %w", err)

@@ -108,16 +108,26 @@ func (s *Server) hostedAgents() (*agents.Service, agents.Store, error) {
 
 // agentChange describes a definition for the agent.change action.
 func agentChange(op string, spec agents.Spec) *govern.AgentChange {
-	return &govern.AgentChange{Op: op, Name: spec.Name, Template: spec.Template, Sandbox: spec.Sandbox,
-		Scopes: spec.Scopes, MCPServers: spec.MCPServers}
+	ch := &govern.AgentChange{Op: op, Name: spec.Name, Template: spec.Template, Sandbox: spec.Sandbox,
+		Scopes: spec.Scopes, MCPServers: spec.MCPServers, Policies: spec.Policies}
+	for _, g := range spec.Secrets {
+		ch.Secrets = append(ch.Secrets, g.Secret)
+	}
+	if spec.Memory != nil {
+		ch.Team = spec.Memory.Team
+	}
+	return ch
 }
 
 // agentErr maps the service's errors to API errors.
 func agentErr(what string, err error) error {
 	var inv *agents.InvalidError
+	var forb *agents.ForbiddenError
 	switch {
 	case errors.As(err, &inv):
 		return apierr.Validation("%s", inv.Msg)
+	case errors.As(err, &forb):
+		return apierr.Forbidden("%s", forb.Msg)
 	case errors.Is(err, store.ErrNotFound):
 		return notFoundf("%s not found", truncate(what, 80))
 	case errors.Is(err, agents.ErrNotCancellable):

@@ -65,6 +65,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/template"
 	"github.com/warden-sandbox/warden/internal/volume"
+	"github.com/warden-sandbox/warden/internal/webhook"
 )
 
 // Limits of request bodies and parameters.
@@ -164,6 +165,9 @@ type Config struct {
 	// LLM is the LLM gateway's prices, budgets and usage behind
 	// /v1/llm and /v1/usage (usage.go); nil: those routes answer 503.
 	LLM LLMAdmin
+	// Webhooks manages the outgoing webhooks behind /v1/webhooks
+	// (webhooks.go); nil: those routes answer 503.
+	Webhooks *webhook.Admin
 }
 
 // MCPHooks is what the API tells the MCP gateway (internal/mcpgw's
@@ -195,6 +199,9 @@ type Server struct {
 	previewTr     *http.Transport
 	upgrades      upgradeSlots
 	anonAudit     anonAudit // bounds audit events of callers without a key (anonaudit.go)
+
+	// volMeter measures volumes for /v1/usage and /metrics (usage_volumes.go).
+	volMeter *volumeMeter
 }
 
 // New builds a Server. Set the manager's OnEnd hook to SandboxEnded so that
@@ -236,6 +243,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := s.registerVolumeUsage(); err != nil { // usage_volumes.go
+		return nil, err
+	}
 	s.upgrades = upgradeSlots{perPort: cfg.PreviewWebSocketsPerPort, perClient: cfg.PreviewWebSocketsPerClient}
 	s.handler = s.routes()
 	return s, nil
@@ -338,6 +348,12 @@ func (s *Server) routeTable() []route {
 		{pattern: "PUT /v1/sandboxes/{id}/network", action: "network.update", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindNetworkChange, h: s.setNetwork},
 
 		{pattern: "POST /v1/sandboxes/{id}/exec", action: "process.exec", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.exec},
+		// Git helpers (git.go): each is the exec of a git command line.
+		{pattern: "POST /v1/sandboxes/{id}/git/clone", action: "git.clone", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.gitClone},
+		{pattern: "POST /v1/sandboxes/{id}/git/pull", action: "git.pull", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.gitRemoteOp(false)},
+		{pattern: "POST /v1/sandboxes/{id}/git/commit", action: "git.commit", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.gitCommit},
+		{pattern: "POST /v1/sandboxes/{id}/git/push", action: "git.push", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.gitRemoteOp(true)},
+		{pattern: "GET /v1/sandboxes/{id}/git/status", action: "git.status", scope: auth.ScopeSandboxesExec, audited: true, kind: govern.KindExec, h: s.gitStatus},
 		{pattern: "GET /v1/sandboxes/{id}/logs", action: "sandbox.logs", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, audited: true, nokind: nkRead, h: s.logs},
 		{pattern: "GET /v1/sandboxes/{id}/processes", action: "process.list", scope: auth.ScopeSandboxesExec, nokind: nkRead, h: s.listProcesses},
 		{pattern: "GET /v1/sandboxes/{id}/processes/{pid}/stream", action: "process.stream", scope: auth.ScopeSandboxesExec, audited: true, nokind: nkProcess, h: s.streamProcess},
@@ -467,13 +483,17 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/agent-runs/{id}/reply", action: "agent.run_reply", audited: true, nokind: nkAgentRun, h: s.agentRunReply},
 
 		// Persistent volumes (volumes.go): the caller's own, by name.
-		{pattern: "POST /v1/volumes", action: "volume.create", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.createVolume},
+		{pattern: "POST /v1/volumes", action: "volume.create", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindVolume, h: s.createVolume},
 		{pattern: "GET /v1/volumes", action: "volume.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listVolumes},
 		{pattern: "GET /v1/volumes/{name}", action: "volume.get", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.getVolume},
-		{pattern: "DELETE /v1/volumes/{name}", action: "volume.delete", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.deleteVolume},
-		{pattern: "POST /v1/volumes/{name}/resize", action: "volume.resize", scope: auth.ScopeSandboxesCreate, audited: true, nokind: nkVolume, h: s.resizeVolume},
-		{pattern: "GET /v1/volumes/{name}/files", action: "volume.file_read", scope: auth.ScopeFilesRead, audited: true, nokind: nkVolume, h: s.readVolumeFile},
-		{pattern: "PUT /v1/volumes/{name}/files", action: "volume.file_write", scope: auth.ScopeFilesWrite, audited: true, stream: true, nokind: nkVolume, h: s.writeVolumeFile},
+		{pattern: "DELETE /v1/volumes/{name}", action: "volume.delete", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindVolume, h: s.deleteVolume},
+		{pattern: "POST /v1/volumes/{name}/resize", action: "volume.resize", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindVolume, h: s.resizeVolume},
+		{pattern: "GET /v1/volumes/{name}/files", action: "volume.file_read", scope: auth.ScopeFilesRead, audited: true, kind: govern.KindFileRead, h: s.readVolumeFile},
+		{pattern: "PUT /v1/volumes/{name}/files", action: "volume.file_write", scope: auth.ScopeFilesWrite, audited: true, stream: true, kind: govern.KindFileWrite, h: s.writeVolumeFile},
+		{pattern: "POST /v1/volumes/{name}/snapshots", action: "volume.snapshot", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindVolume, h: s.createVolumeSnapshot},
+		{pattern: "GET /v1/volumes/{name}/snapshots", action: "volume.snapshot_list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listVolumeSnapshots},
+		{pattern: "DELETE /v1/volumes/{name}/snapshots/{snapshot}", action: "volume.snapshot_delete", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindVolume, h: s.deleteVolumeSnapshot},
+		{pattern: "POST /v1/volumes/{name}/restore", action: "volume.restore", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindVolume, h: s.restoreVolume},
 		// Filesystem snapshots (snapshots.go): the caller's own, by name or id.
 		{pattern: "POST /v1/sandboxes/{id}/snapshots", action: "snapshot.create", scope: auth.ScopeSandboxesCreate, audited: true, kind: govern.KindSnapshot, h: s.createSnapshot},
 		{pattern: "GET /v1/snapshots", action: "snapshot.list", scope: auth.ScopeSandboxesRead, ownScope: auth.ScopeSandboxesCreate, nokind: nkRead, h: s.listSnapshots},
@@ -490,6 +510,7 @@ func (s *Server) routeTable() []route {
 
 		{pattern: "GET /v1/audit", action: "audit.list", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.listAudit},
 		{pattern: "GET /v1/audit/verify", action: "audit.verify", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.verifyAudit},
+		{pattern: "GET /v1/audit/anchor", action: "audit.anchor", scope: auth.ScopeAuditRead, nokind: nkRead, h: s.getAuditAnchor},
 
 		// LLM prices, budgets and usage (usage.go).
 		{pattern: "GET /v1/llm/prices", action: "llm.prices_get", scope: auth.ScopeAdmin, nokind: nkUsage, h: s.getLLMPrices},
@@ -499,6 +520,14 @@ func (s *Server) routeTable() []route {
 		{pattern: "PUT /v1/llm/budgets", action: "llm.budgets_set", scope: auth.ScopeAdmin, audited: true, nokind: nkUsage, h: s.putLLMBudgets},
 		{pattern: "DELETE /v1/llm/budgets", action: "llm.budgets_reset", scope: auth.ScopeAdmin, audited: true, nokind: nkUsage, h: s.deleteLLMBudgets},
 		{pattern: "GET /v1/usage", action: "usage.get", scope: auth.ScopeAdmin, nokind: nkUsage, h: s.getUsage},
+
+		// Outgoing webhooks (webhooks.go).
+		{pattern: "GET /v1/webhooks", action: "webhook.list", scope: auth.ScopeWebhooksAdmin, nokind: nkRead, h: s.listWebhooks},
+		{pattern: "POST /v1/webhooks", action: "webhook.create", scope: auth.ScopeWebhooksAdmin, audited: true, kind: govern.KindWebhookChange, h: s.createWebhook},
+		{pattern: "GET /v1/webhooks/{name}", action: "webhook.get", scope: auth.ScopeWebhooksAdmin, nokind: nkRead, h: s.getWebhook},
+		{pattern: "PUT /v1/webhooks/{name}", action: "webhook.update", scope: auth.ScopeWebhooksAdmin, audited: true, kind: govern.KindWebhookChange, h: s.updateWebhook},
+		{pattern: "DELETE /v1/webhooks/{name}", action: "webhook.delete", scope: auth.ScopeWebhooksAdmin, audited: true, kind: govern.KindWebhookChange, h: s.deleteWebhook},
+		{pattern: "POST /v1/webhooks/{name}/test", action: "webhook.test", scope: auth.ScopeWebhooksAdmin, audited: true, kind: govern.KindWebhookChange, h: s.testWebhook},
 	}
 }
 

@@ -43,6 +43,7 @@ func doorServer(t *testing.T, gcfg govern.Config) (*govern.Engine, *httptest.Ser
 	cfg.Templates = mustStore(t.TempDir())
 	cfg.Builder = &build.Builder{} // never reached: every build here is refused
 	cfg.Secrets = v
+	cfg.Webhooks, _ = testWebhookAdmin(t, v, nil, nil) // webhooks_test.go
 	if as, ok := env.st.(agents.Store); ok {
 		svc, err := agents.New(agents.Config{Store: as, Sandboxes: env.mgr, Keys: env.auth, LogDir: t.TempDir()})
 		if err != nil {
@@ -229,6 +230,14 @@ func TestGovernDoorDenies(t *testing.T) {
 	}
 	agentSpec := `{"name":"` + agentName + `","command":["true"],"template":"base"}`
 
+	// An outgoing webhook endpoint (not delivering) for the webhook.change routes.
+	hookName := "door-hook-" + uniq()
+	hookDef := `{"url":"https://hooks.example.com/door","secret":"` + sec.ID + `","events":["*"],"enabled":false}`
+	r = call(t, hs, admin, "POST", "/v1/webhooks", "application/json", []byte(`{"name":"`+hookName+`",`+hookDef[1:]), nil)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create a webhook endpoint: %d %s", r.status, r.body)
+	}
+
 	pid := "door-deny-" + uniq()
 	pol := govern.Policy{ID: pid, Scope: govern.Scope{Kind: govern.ScopeInstallation}}
 	for _, k := range govern.Kinds() {
@@ -244,6 +253,11 @@ func TestGovernDoorDenies(t *testing.T) {
 	cases := []doorCase{
 		{"POST /v1/sandboxes", govern.KindSandboxCreate, env.aKey, "POST", "/v1/sandboxes", "application/json", `{"template":"base","network":{"mode":"none"}}`, nil},
 		{"POST /v1/sandboxes/{id}/exec", govern.KindExec, env.aKey, "POST", sbp + "/exec", "application/json", `{"cmd":["echo","hi"]}`, nil},
+		{"POST /v1/sandboxes/{id}/git/clone", govern.KindExec, env.aKey, "POST", sbp + "/git/clone", "application/json", `{"url":"https://git.example.com/r.git"}`, nil},
+		{"POST /v1/sandboxes/{id}/git/pull", govern.KindExec, env.aKey, "POST", sbp + "/git/pull", "application/json", `{"path":"r"}`, nil},
+		{"POST /v1/sandboxes/{id}/git/commit", govern.KindExec, env.aKey, "POST", sbp + "/git/commit", "application/json", `{"path":"r","message":"m"}`, nil},
+		{"POST /v1/sandboxes/{id}/git/push", govern.KindExec, env.aKey, "POST", sbp + "/git/push", "application/json", `{"path":"r"}`, nil},
+		{"GET /v1/sandboxes/{id}/git/status", govern.KindExec, env.aKey, "GET", sbp + "/git/status?path=r", "", "", nil},
 		{"GET /v1/sandboxes/{id}/pty", govern.KindPTY, env.aKey, "GET", sbp + "/pty?cmd=/bin/sh", "", "", ws},
 		{"POST /v1/sandboxes/{id}/code/run", govern.KindCodeRun, env.aKey, "POST", sbp + "/code/run", "application/json", `{"code":"print(1)"}`, nil},
 		{"GET /v1/sandboxes/{id}/files", govern.KindFileRead, env.aKey, "GET", sbp + "/files?path=/etc/hostname", "", "", nil},
@@ -268,9 +282,21 @@ func TestGovernDoorDenies(t *testing.T) {
 		{"PUT /v1/agents/{name}", govern.KindAgentChange, admin, "PUT", "/v1/agents/" + agentName, "application/json", agentSpec, nil},
 		{"DELETE /v1/agents/{name}", govern.KindAgentChange, admin, "DELETE", "/v1/agents/" + agentName, "", "", nil},
 		{"POST /v1/agents/{name}/runs", govern.KindAgentChange, admin, "POST", "/v1/agents/" + agentName + "/runs", "application/json", `{"input":{"x":1}}`, nil},
+		{"POST /v1/webhooks", govern.KindWebhookChange, admin, "POST", "/v1/webhooks", "application/json", `{"name":"door-new-` + uniq() + `",` + hookDef[1:], nil},
+		{"PUT /v1/webhooks/{name}", govern.KindWebhookChange, admin, "PUT", "/v1/webhooks/" + hookName, "application/json", hookDef, nil},
+		{"DELETE /v1/webhooks/{name}", govern.KindWebhookChange, admin, "DELETE", "/v1/webhooks/" + hookName, "", "", nil},
+		{"POST /v1/webhooks/{name}/test", govern.KindWebhookChange, admin, "POST", "/v1/webhooks/" + hookName + "/test", "", "", nil},
 		{"POST /v1/sandboxes/{id}/snapshots", govern.KindSnapshot, env.aKey, "POST", sbp + "/snapshots", "application/json", `{"name":"door"}`, nil},
 		{"DELETE /v1/snapshots/{name}", govern.KindSnapshot, env.aKey, "DELETE", "/v1/snapshots/door", "", "", nil},
 		{"POST /v1/snapshots/{name}/promote", govern.KindSnapshot, admin, "POST", "/v1/snapshots/door/promote", "application/json", `{"template":"door-snap:1"}`, nil},
+		{"POST /v1/volumes", govern.KindVolume, env.aKey, "POST", "/v1/volumes", "application/json", `{"name":"door","size_mb":16}`, nil},
+		{"DELETE /v1/volumes/{name}", govern.KindVolume, env.aKey, "DELETE", "/v1/volumes/door", "", "", nil},
+		{"POST /v1/volumes/{name}/resize", govern.KindVolume, env.aKey, "POST", "/v1/volumes/door/resize", "application/json", `{"size_mb":32}`, nil},
+		{"GET /v1/volumes/{name}/files", govern.KindFileRead, env.aKey, "GET", "/v1/volumes/door/files?path=/a", "", "", nil},
+		{"PUT /v1/volumes/{name}/files", govern.KindFileWrite, env.aKey, "PUT", "/v1/volumes/door/files?path=/a", "application/octet-stream", "abc", nil},
+		{"POST /v1/volumes/{name}/snapshots", govern.KindVolume, env.aKey, "POST", "/v1/volumes/door/snapshots", "application/json", `{"name":"s"}`, nil},
+		{"DELETE /v1/volumes/{name}/snapshots/{snapshot}", govern.KindVolume, env.aKey, "DELETE", "/v1/volumes/door/snapshots/s", "", "", nil},
+		{"POST /v1/volumes/{name}/restore", govern.KindVolume, env.aKey, "POST", "/v1/volumes/door/restore", "application/json", `{"snapshot":"s"}`, nil},
 		{"PUT /v1/sandboxes/{id}/network", govern.KindNetworkChange, env.aKey, "PUT", sbp + "/network", "application/json", `{"mode":"none"}`, nil},
 		{"/v1/sandboxes/{id}/ports/{port}/proxy/{path...}", govern.KindPortPreview, env.aKey, "GET", sbp + "/ports/8080/proxy/x", "", "", nil},
 		{"POST /v1/principals", govern.KindPrincipalChange, admin, "POST", "/v1/principals", "application/json", `{"kind":"agent","name":"door-` + uniq() + `"}`, nil},

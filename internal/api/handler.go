@@ -15,6 +15,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/sandbox"
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/telemetry"
 )
 
 // denial marks an error as an authorization refusal: the audit event of the
@@ -48,6 +49,9 @@ func (s *Server) serve(rt route) http.Handler {
 		st.action = rt.action
 		st.audited = rt.audited
 		st.kind = rt.kind
+		if rt.pattern != "unmatched" {
+			telemetry.Route(r.Context(), r.Method, rt.pattern) // the request's span (docs/tracing.md)
+		}
 		err := s.authorize(rt, r)
 		if err == nil && st.ident != nil && rt.stream {
 			connguard.Relax(r)
@@ -67,6 +71,7 @@ func (s *Server) serve(rt route) http.Handler {
 				apierr.Write(w, r, err)
 			}
 		}
+		traceSandbox(r, rt, st)
 		s.checkDecided(r, rt, err)
 		s.finishAudit(r, err)
 		var ab *aborted

@@ -308,7 +308,8 @@ func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) error {
 		OK       bool      `json:"ok"`
 		Checked  int64     `json:"checked"`
 		Problems []problem `json:"problems"`
-	}{OK: rep.OK, Checked: int64(rep.Checked), Problems: []problem{}}
+		Pruned   int64     `json:"pruned,omitempty"` // audit retention (audit_anchor.go)
+	}{OK: rep.OK, Checked: int64(rep.Checked), Problems: []problem{}, Pruned: rep.Pruned}
 	for _, p := range rep.Problems {
 		out.Problems = append(out.Problems, problem{Seq: p.Seq, Kind: string(p.Kind), Message: p.Message})
 	}

@@ -153,6 +153,7 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 		Header     string   `json:"header"`
 		PathPrefix string   `json:"path_prefix"`
 		EnvName    string   `json:"env_name"`
+		Format     string   `json:"format"`
 	}
 	if err := decodeJSON(r, &q, true); err != nil {
 		return err
@@ -202,7 +203,7 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	g, err := v.CreateGrant(secrets.Grant{SecretID: sec.ID, Sandbox: q.Sandbox, Principal: q.Principal, Middleware: q.Middleware, Hosts: q.Hosts,
-		Header: q.Header, PathPrefix: q.PathPrefix, EnvName: q.EnvName})
+		Header: q.Header, PathPrefix: q.PathPrefix, EnvName: q.EnvName, Format: q.Format})
 	if err != nil {
 		return secretErr(err)
 	}

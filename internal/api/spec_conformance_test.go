@@ -749,6 +749,7 @@ func TestSpecResponses(t *testing.T) {
 	c.want(204, "DELETE", "/v1/keys/"+key.APIKey.ID, admin, nil)
 	c.want(200, "GET", "/v1/audit?limit=5", admin, nil)
 	c.want(200, "GET", "/v1/audit/verify", admin, nil)
+	c.want(200, "GET", "/v1/audit/anchor", admin, nil)
 
 	// Errors: every one has the Error body and a documented status.
 	c.want(404, "GET", "/v1/sandboxes/sb-doesnotexist", agent, nil)
@@ -816,8 +817,13 @@ func TestSpecSDKTypes(t *testing.T) {
 		{"CreateKeyResponse", warden.CreatedKey{}, nil},
 		{"AuditEvent", warden.AuditEvent{}, nil},
 		{"VerifyReport", warden.VerifyReport{}, nil},
+		{"AuditAnchor", warden.AuditAnchor{}, nil},
 		{"Secret", warden.Secret{}, nil},
 		{"Grant", warden.Grant{}, nil},
+		{"GitCloneRequest", warden.GitCloneRequest{}, nil},
+		{"GitRemoteRequest", warden.GitRemoteRequest{}, nil},
+		{"GitCommitRequest", warden.GitCommitRequest{}, nil},
+		{"GitResult", warden.GitResult{}, nil},
 		{"Health", warden.Health{}, nil},
 		{"Policy", warden.Policy{}, nil},
 		{"PolicyWrite", warden.PolicyWrite{}, nil},
@@ -839,6 +845,11 @@ func TestSpecSDKTypes(t *testing.T) {
 		{"AgentVersion", warden.AgentVersion{}, nil},
 		{"AgentRun", warden.AgentRun{}, nil},
 		{"AgentLogLine", warden.AgentLogLine{}, nil},
+		{"Webhook", warden.Webhook{}, nil},
+		{"WebhookDelivery", warden.WebhookDelivery{}, nil},
+		{"WebhookWrite", warden.WebhookWrite{}, nil},
+		{"WebhookTestResult", warden.WebhookTestResult{}, nil},
+		{"VolumeSnapshot", warden.VolumeSnapshot{}, nil},
 	} {
 		s := obj(schemas[c.schema])
 		if s == nil {

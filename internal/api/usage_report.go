@@ -33,6 +33,10 @@ type usageRow struct {
 	RunningSeconds   float64 `json:"running_seconds"`
 	PausedSeconds    float64 `json:"paused_seconds"`
 	DiskBytes        int64   `json:"disk_bytes"`
+	// Volumes and VolumeBytes: the principal's volumes and the bytes their
+	// filesystems use now (group_by=principal only; usage_volumes.go).
+	Volumes     int64 `json:"volumes"`
+	VolumeBytes int64 `json:"volume_bytes"`
 
 	cpuNanos, memByteSeconds, runMillis, pausedMillis int64
 	sandboxes                                         map[string]int64 // id -> most disk seen
@@ -46,7 +50,7 @@ var usageGroups = map[string]struct {
 }{
 	"principal": {func(u store.LLMUsage) string { return u.PrincipalID }, func(u store.SandboxUsage) string { return u.PrincipalID }},
 	"agent":     {func(u store.LLMUsage) string { return u.Agent }, func(u store.SandboxUsage) string { return u.Agent }},
-	"sandbox":   {nil, func(u store.SandboxUsage) string { return u.SandboxID }},
+	"sandbox":   {func(u store.LLMUsage) string { return u.SandboxID }, func(u store.SandboxUsage) string { return u.SandboxID }},
 	"model":     {func(u store.LLMUsage) string { return u.Provider + "/" + u.Model }, nil},
 	"day":       {func(u store.LLMUsage) string { return u.Day }, func(u store.SandboxUsage) string { return u.Hour.Format(time.DateOnly) }},
 }
@@ -99,7 +103,8 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) error {
 		return apierr.BadRequest("until is before since")
 	}
 	principal, agent, sandboxID := q.Get("principal"), q.Get("agent"), q.Get("sandbox")
-	f := store.LLMUsageFilter{FromDay: since.UTC().Format(time.DateOnly), ToDay: until.UTC().Format(time.DateOnly), Agent: agent}
+	f := store.LLMUsageFilter{FromDay: since.UTC().Format(time.DateOnly), ToDay: until.UTC().Format(time.DateOnly), Agent: agent,
+		Sandbox: sandboxID}
 	if principal != "" {
 		f.Principals = []string{principal}
 	}
@@ -112,7 +117,7 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) error {
 	}
 	var llmRows []store.LLMUsage
 	haveLLM := false
-	if g.llm != nil && sandboxID == "" { // LLM calls are not attributed to sandboxes
+	if g.llm != nil { // calls from a sandbox carry its id; others have none ("")
 		if llmRows, haveLLM, err = s.llmUsageRows(r, f); err != nil {
 			return err
 		}
@@ -151,6 +156,11 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) error {
 			g.sandboxes[u.SandboxID] = max(g.sandboxes[u.SandboxID], u.DiskBytes)
 		}
 	}
+	if groupBy == "principal" && agent == "" && sandboxID == "" {
+		if err := s.addVolumeUsage(r.Context(), principal, row); err != nil { // usage_volumes.go
+			return err
+		}
+	}
 	out := make([]usageRow, 0, len(byKey))
 	for _, g := range byKey {
 		g.CostUSD = float64(g.CostMicros) / 1e6
@@ -172,13 +182,13 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) error {
 		cw := csv.NewWriter(w)
 		_ = cw.Write([]string{groupBy, "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_micros", "llm_cost_usd",
 			"sandboxes", "cpu_seconds", "memory_gib_seconds", "egress_bytes_out", "egress_bytes_in", "running_seconds",
-			"paused_seconds", "disk_bytes"})
+			"paused_seconds", "disk_bytes", "volumes", "volume_bytes"})
 		ff := func(v float64) string { return strconv.FormatFloat(v, 'f', 6, 64) }
 		for _, g := range out {
 			_ = cw.Write([]string{csvSafe(g.Key), fmt.Sprint(g.Calls), fmt.Sprint(g.TokensIn), fmt.Sprint(g.TokensOut),
 				fmt.Sprint(g.CostMicros), ff(g.CostUSD), fmt.Sprint(g.Sandboxes), ff(g.CPUSeconds), ff(g.MemoryGiBSeconds),
 				fmt.Sprint(g.EgressBytesOut), fmt.Sprint(g.EgressBytesIn), ff(g.RunningSeconds), ff(g.PausedSeconds),
-				fmt.Sprint(g.DiskBytes)})
+				fmt.Sprint(g.DiskBytes), fmt.Sprint(g.Volumes), fmt.Sprint(g.VolumeBytes)})
 		}
 		cw.Flush()
 		return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warden-sandbox/warden/internal/api/apierr"
+	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
 	"github.com/warden-sandbox/warden/internal/volume"
 )
@@ -17,9 +18,11 @@ import (
 // named directories with a size quota, addressed by name among the
 // caller's own. Managing them takes sandboxes:create (list and inspect
 // also sandboxes:read); copying files in and out, files:write and
-// files:read.
-
-const nkVolume = "volume administration and copies without a sandbox: no action kind yet (scopes and ownership only)"
+// files:read. Changes are governed volume.change actions; copies are
+// file.read and file.write actions whose file.volume names the volume
+// (file.path is the path in it), so a rule on file paths catches them too.
+// Each decides before it looks the volume up: a refusal says nothing of
+// what exists.
 
 // volumeJSON is a volume as the API shows it.
 type volumeJSON struct {
@@ -68,13 +71,13 @@ func (s *Server) volumeOf(r *http.Request) (*volume.Manager, store.Volume, error
 }
 
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
-	vm, err := s.volumes()
-	if err != nil {
-		return err
-	}
 	var q struct {
-		Name   string `json:"name"`
-		SizeMB int64  `json:"size_mb"`
+		Name         string `json:"name"`
+		SizeMB       int64  `json:"size_mb"`
+		FromSnapshot *struct {
+			Volume   string `json:"volume"`
+			Snapshot string `json:"snapshot"`
+		} `json:"from_snapshot"`
 	}
 	if err := decodeJSON(r, &q, true); err != nil {
 		return err
@@ -84,8 +87,39 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 	}
 	st := stateOf(r)
 	st.detail["name"] = q.Name
-	v, err := vm.Create(r.Context(), st.principal, q.Name, q.SizeMB<<20)
+	act := &govern.VolumeChange{Op: "create", Name: q.Name, SizeBytes: q.SizeMB << 20}
+	if f := q.FromSnapshot; f != nil {
+		if f.Volume == "" || f.Snapshot == "" {
+			return apierr.Validation("from_snapshot: volume and snapshot are required")
+		}
+		if q.SizeMB != 0 {
+			return apierr.Validation("give size_mb or from_snapshot, not both: a volume made from a snapshot has its size")
+		}
+		act.FromVolume, act.Snapshot = f.Volume, f.Snapshot
+		st.detail["from_volume"], st.detail["snapshot"] = f.Volume, f.Snapshot
+	}
+	if err := s.decide(r, &govern.Action{Volume: act}); err != nil {
+		return err
+	}
+	vm, err := s.volumes()
 	if err != nil {
+		return err
+	}
+	var v store.Volume
+	if f := q.FromSnapshot; f != nil {
+		src, err := vm.Get(r.Context(), st.principal, f.Volume)
+		if err != nil {
+			return err
+		}
+		sn, err := vm.GetSnapshot(r.Context(), src, f.Snapshot)
+		if err != nil {
+			return err
+		}
+		v, err = vm.CreateFrom(r.Context(), st.principal, q.Name, sn)
+		if err != nil {
+			return err
+		}
+	} else if v, err = vm.Create(r.Context(), st.principal, q.Name, q.SizeMB<<20); err != nil {
 		return err
 	}
 	st.target = v.ID
@@ -128,10 +162,6 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) error {
-	vm, v, err := s.volumeOf(r)
-	if err != nil {
-		return err
-	}
 	var q struct {
 		SizeMB int64 `json:"size_mb"`
 	}
@@ -142,6 +172,13 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) error {
 		return apierr.Validation("size_mb must be between %d and %d", volume.MinSize>>20, volume.MaxSize>>20)
 	}
 	stateOf(r).detail["size_bytes"] = q.SizeMB << 20
+	if err := s.decide(r, &govern.Action{Volume: &govern.VolumeChange{Op: "resize", Name: r.PathValue("name"), SizeBytes: q.SizeMB << 20}}); err != nil {
+		return err
+	}
+	vm, v, err := s.volumeOf(r)
+	if err != nil {
+		return err
+	}
 	v, err = vm.Resize(r.Context(), v, q.SizeMB<<20)
 	if err != nil {
 		return err
@@ -150,6 +187,9 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
+	if err := s.decide(r, &govern.Action{Volume: &govern.VolumeChange{Op: "delete", Name: r.PathValue("name")}}); err != nil {
+		return err
+	}
 	vm, v, err := s.volumeOf(r)
 	if err != nil {
 		return err
@@ -174,11 +214,14 @@ func volumePath(r *http.Request) (string, error) {
 }
 
 func (s *Server) readVolumeFile(w http.ResponseWriter, r *http.Request) error {
-	vm, v, err := s.volumeOf(r)
+	p, err := volumePath(r)
 	if err != nil {
 		return err
 	}
-	p, err := volumePath(r)
+	if err := s.decideVolumeFile(r, "read", p); err != nil {
+		return err
+	}
+	vm, v, err := s.volumeOf(r)
 	if err != nil {
 		return err
 	}
@@ -211,15 +254,18 @@ type errResponseStarted struct{ err error }
 func (e errResponseStarted) Error() string { return e.err.Error() }
 
 func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) error {
-	vm, v, err := s.volumeOf(r)
-	if err != nil {
-		return err
-	}
 	p, err := volumePath(r)
 	if err != nil {
 		return err
 	}
 	mode, err := queryMode(r)
+	if err != nil {
+		return err
+	}
+	if err := s.decideVolumeFile(r, "write", p); err != nil {
+		return err
+	}
+	vm, v, err := s.volumeOf(r)
 	if err != nil {
 		return err
 	}

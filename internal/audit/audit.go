@@ -150,6 +150,13 @@ func New(ctx context.Context, cfg Config) (*Logger, error) {
 	last, err := cfg.Store.LastAudit(ctx)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
+		// Retention never deletes the newest event, but should the log
+		// be empty after it, the chain goes on from the anchor.
+		if a, ok, aerr := loadAnchor(ctx, cfg.Store); aerr != nil {
+			return nil, fmt.Errorf("new audit logger: %w", aerr)
+		} else if ok {
+			l.head = anchor{a.Size, a.Hash}
+		}
 	case err != nil:
 		return nil, fmt.Errorf("new audit logger: %w", err)
 	default:

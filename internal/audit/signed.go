@@ -18,6 +18,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/sdk/go/auditcheck"
 )
 
 // Signed checkpoints (Audit II). A checkpoint is the head of the RFC 6962
@@ -144,6 +145,18 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 	if len(cps) > 0 {
 		p.last = cps[len(cps)-1]
 	}
+	// After retention, the tree continues from the anchor's.
+	if a, ok, err := loadAnchor(ctx, cfg.Store); err != nil {
+		return nil, fmt.Errorf("audit checkpoints: %w", err)
+	} else if ok {
+		nodes, err := auditcheck.ParseNodes(a.Nodes)
+		if err == nil {
+			p.tree, err = auditcheck.TreeAt(a.Size, nodes.Get)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit checkpoints: the retention anchor (events 1 to %d): %w", a.Size, err)
+		}
+	}
 	if err := cfg.Store.WalkAudit(ctx, func(e Event) error { return p.tree.Append(e.Hash) }); err != nil {
 		return nil, fmt.Errorf("audit checkpoints: read the log: %w", err)
 	}
@@ -187,6 +200,11 @@ func (p *Publisher) Run(ctx context.Context) {
 func (p *Publisher) Checkpoint(ctx context.Context) (cp store.AuditCheckpoint, ok bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.checkpoint(ctx)
+}
+
+// checkpoint is Checkpoint under p.mu.
+func (p *Publisher) checkpoint(ctx context.Context) (cp store.AuditCheckpoint, ok bool, err error) {
 	for {
 		evs, err := p.cfg.Store.ListAudit(ctx, store.AuditFilter{After: p.tree.Size(), Limit: store.MaxPageSize})
 		if err != nil {

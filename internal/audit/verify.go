@@ -27,6 +27,9 @@ const (
 	// KindBrokenChain: an authentic event does not link to the event
 	// stored before it, or is not the event the checkpoint recorded.
 	KindBrokenChain Kind = "broken_chain"
+	// KindAnchor: the retention anchor, which stands for the deleted
+	// oldest events, was altered.
+	KindAnchor Kind = "anchor"
 )
 
 // Problem is one finding of Verify.
@@ -41,6 +44,9 @@ type Report struct {
 	OK       bool      `json:"ok"`
 	Checked  int       `json:"checked"`
 	Problems []Problem `json:"problems"`
+	// Pruned is how many of the oldest events retention deleted (events
+	// 1 to Pruned); the check starts after them.
+	Pruned int64 `json:"pruned,omitempty"`
 }
 
 // maxDeferred bounds how many non-authentic events Verify keeps in memory
@@ -87,7 +93,20 @@ func VerifyStore(ctx context.Context, st store.Store, key []byte, checkpointPath
 	return verify(ctx, st, key, anchors, issues)
 }
 
+// verify checks the log; should retention move the anchor meanwhile (the
+// events it deleted would look missing), it checks again.
 func verify(ctx context.Context, st store.Store, key []byte, anchors []anchor, issues []Problem) (Report, error) {
+	for try := 1; ; try++ {
+		before, _, _ := loadAnchor(ctx, st)
+		r, err := verifyOnce(ctx, st, key, anchors, issues)
+		after, _, _ := loadAnchor(ctx, st)
+		if err != nil || after.Size == before.Size || try == 3 {
+			return r, err
+		}
+	}
+}
+
+func verifyOnce(ctx context.Context, st store.Store, key []byte, anchors []anchor, issues []Problem) (Report, error) {
 	var (
 		problems = issues
 		flagged  = map[int64]bool{} // seqs already reported as modified or reordered
@@ -98,6 +117,21 @@ func verify(ctx context.Context, st store.Store, key []byte, anchors []anchor, i
 		prevSeq  int64
 		prevHash = GenesisHash
 	)
+	// After retention the log starts after the anchor, whose MAC says
+	// the daemon wrote it.
+	ra, pruned, err := loadAnchor(ctx, st)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify audit log: %w", err)
+	}
+	if pruned {
+		prevSeq, prevHash = ra.Size, ra.Hash
+		if !anchorOK(key, ra) {
+			problems = append(problems, Problem{ra.Size, KindAnchor, fmt.Sprintf(
+				"the retention anchor (events 1 to %d deleted, the last with hash %s, checkpoint %d) does not match its mac: "+
+					"it was altered or written without the key", ra.Size, short(ra.Hash), ra.CheckpointN)})
+		}
+	}
+	firstHash := prevHash
 	anchorAt := map[int64]string{}
 	var top anchor
 	for _, a := range anchors {
@@ -108,7 +142,7 @@ func verify(ctx context.Context, st store.Store, key []byte, anchors []anchor, i
 	}
 
 	// Pass 1: integrity of each event, gaps, links, anchors.
-	err := st.WalkAudit(ctx, func(e Event) error {
+	err = st.WalkAudit(ctx, func(e Event) error {
 		checked++
 		if e.Seq <= prevSeq {
 			problems = append(problems, Problem{e.Seq, KindReordered, fmt.Sprintf("event has seq %d, not after %d", e.Seq, prevSeq)})
@@ -166,8 +200,8 @@ func verify(ctx context.Context, st store.Store, key []byte, anchors []anchor, i
 		}
 		for _, d := range deferred {
 			var candidates []int64
-			if d.PrevHash == GenesisHash {
-				candidates = append(candidates, 1)
+			if d.PrevHash == firstHash {
+				candidates = append(candidates, ra.Size+1)
 			}
 			for _, j := range wantHash[d.PrevHash] {
 				candidates = append(candidates, j+1)
@@ -211,7 +245,7 @@ func verify(ctx context.Context, st store.Store, key []byte, anchors []anchor, i
 	if problems == nil {
 		problems = []Problem{}
 	}
-	return Report{OK: len(problems) == 0, Checked: checked, Problems: problems}, nil
+	return Report{OK: len(problems) == 0, Checked: checked, Problems: problems, Pruned: ra.Size}, nil
 }
 
 func modified(seq int64) Problem {

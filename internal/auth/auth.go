@@ -23,6 +23,7 @@ import (
 
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/telemetry"
 )
 
 // Errors of Authenticate. All of them wrap ErrUnauthenticated (HTTP 401),
@@ -144,6 +145,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Identi
 		a.mu.Unlock()
 	}
 	a.touch(ctx, rec)
+	telemetry.SetPrincipal(ctx, p.ID) // on the request's span (docs/tracing.md)
 	scopes := make([]Scope, len(rec.Scopes))
 	for i, s := range rec.Scopes {
 		scopes[i] = Scope(s)

@@ -245,9 +245,9 @@ func TestScopes(t *testing.T) {
 		t.Error("no scopes but Has")
 	}
 
-	if len(auth.AllScopes()) != 28 || !auth.ScopeAgentsRun.Valid() || auth.ScopeAgentsRun.HumanOnly() || !auth.ScopeAgentsWrite.HumanOnly() || !auth.ScopeTemplatesRead.Valid() || !auth.ScopeSecretsWrite.Valid() || !auth.ScopeMetricsRead.Valid() ||
+	if len(auth.AllScopes()) != 29 || !auth.ScopeWebhooksAdmin.HumanOnly() || !auth.ScopeAgentsRun.Valid() || auth.ScopeAgentsRun.HumanOnly() || !auth.ScopeAgentsWrite.HumanOnly() || !auth.ScopeTemplatesRead.Valid() || !auth.ScopeSecretsWrite.Valid() || !auth.ScopeMetricsRead.Valid() ||
 		!auth.ScopePoliciesWrite.Valid() || !auth.ScopeApprovalsDecide.Valid() || !auth.ScopeMCPAdmin.Valid() || !auth.ScopeMCPUse.Valid() {
-		t.Errorf("AllScopes has %d scopes (%v), want 28 with the templates, secrets, metrics, governance, mcp, llm, agents, monitor and memory scopes", len(auth.AllScopes()), auth.AllScopes())
+		t.Errorf("AllScopes has %d scopes (%v), want 29 with the templates, secrets, metrics, governance, mcp, llm, agents, monitor, memory and webhooks scopes", len(auth.AllScopes()), auth.AllScopes())
 	}
 	got, err := auth.ParseScopes([]string{"files:read", "admin", "files:read"})
 	if err != nil || len(got) != 2 || got[0] != auth.ScopeFilesRead || got[1] != auth.ScopeAdmin {

@@ -63,13 +63,17 @@ const (
 	// memory through the MCP gateway's memory tools.
 	ScopeMemoryRead   Scope = "memory:read"
 	ScopeMemoryReview Scope = "memory:review"
-	ScopeAdmin        Scope = "admin"
+	// ScopeWebhooksAdmin manages the outgoing webhooks (internal/webhook):
+	// endpoints that receive audit events. Human-only: an agent must not
+	// route the audit log to a receiver of its choosing.
+	ScopeWebhooksAdmin Scope = "webhooks:admin"
+	ScopeAdmin         Scope = "admin"
 )
 
 var allScopes = []Scope{
 	ScopeSandboxesCreate, ScopeSandboxesRead, ScopeSandboxesExec, ScopeSandboxesDelete, ScopeSandboxesAll,
 	ScopeFilesRead, ScopeFilesWrite, ScopeKeysManage, ScopeAuditRead, ScopeTemplatesRead, ScopeTemplatesWrite, ScopeSecretsRead, ScopeSecretsWrite, ScopeMetricsRead,
-	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeLLMUse, ScopeAgentsRead, ScopeAgentsWrite, ScopeAgentsRun, ScopeMonitorRead, ScopeMonitorWrite, ScopeMemoryRead, ScopeMemoryReview, ScopeAdmin,
+	ScopePoliciesRead, ScopePoliciesWrite, ScopeApprovalsDecide, ScopeMCPAdmin, ScopeMCPUse, ScopeLLMUse, ScopeAgentsRead, ScopeAgentsWrite, ScopeAgentsRun, ScopeMonitorRead, ScopeMonitorWrite, ScopeMemoryRead, ScopeMemoryReview, ScopeWebhooksAdmin, ScopeAdmin,
 }
 
 // HumanOnly reports whether s may never be held by an agent principal:
@@ -77,7 +81,7 @@ var allScopes = []Scope{
 // nor grant itself MCP servers or approve their tools.
 func (s Scope) HumanOnly() bool {
 	return s == ScopePoliciesWrite || s == ScopeApprovalsDecide || s == ScopeMCPAdmin || s == ScopeAgentsWrite ||
-		s == ScopeMemoryRead || s == ScopeMemoryReview
+		s == ScopeMemoryRead || s == ScopeMemoryReview || s == ScopeWebhooksAdmin
 }
 
 // AllScopes returns every defined scope, in documentation order.

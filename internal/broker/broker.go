@@ -110,6 +110,8 @@ type Config struct {
 	IdleTimeout      time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
+	// LLM, if set, meters model calls to known LLM providers (llm.go).
+	LLM LLMMeter
 }
 
 // Broker brokers credentials for sandbox connections. It is safe for
@@ -313,6 +315,10 @@ type conn struct {
 	// used maps each value substituted on this connection to its
 	// placeholder: responses are scrubbed of it even after a revocation.
 	used map[string]string
+
+	// llm meters the request being relayed, when it is a model call to a
+	// known provider (llm.go); nil otherwise.
+	llm *llmExchange
 
 	mu      sync.Mutex
 	closers []io.Closer
@@ -530,7 +536,7 @@ func (c *conn) prepare(req *request) ([]byte, []UseEvent, error) {
 		}
 		var lines []*headerLine
 		for _, l := range req.head.lines {
-			if strings.EqualFold(l.name, g.Header) && strings.Contains(l.value, g.Placeholder) {
+			if strings.EqualFold(l.name, g.Header) && g.Carries(l.value) {
 				lines = append(lines, l)
 			}
 		}
@@ -556,8 +562,14 @@ func (c *conn) prepare(req *request) ([]byte, []UseEvent, error) {
 			}
 		}
 		for _, l := range lines {
-			l.value = strings.ReplaceAll(l.value, g.Placeholder, string(val))
+			// A Basic grant (secrets.FormatBasic) substitutes inside the
+			// base64 credentials; an echo of them is scrubbed back.
+			var sent, shown string
+			l.value, sent, shown = g.Substitute(l.value, val)
 			l.modified = true
+			if sent != "" {
+				c.used[sent] = shown
+			}
 		}
 		c.used[string(val)] = g.Placeholder
 		uses = append(uses, u)
@@ -625,20 +637,32 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 		c.writeError(405, "CONNECT is not relayed")
 		return false, nil
 	}
+	// A model call to a known provider is metered; a spent budget is
+	// refused before anything goes upstream (llm.go).
+	llm, ok := c.beginLLM(req)
+	if !ok {
+		return false, nil
+	}
+	c.llm = llm
+	defer func() { c.llm = nil }()
 	head, uses, err := c.prepare(req)
 	if err != nil {
 		c.writeError(403, err.Error())
+		llm.end(true, err)
 		return false, nil
 	}
 	if c.up == nil {
 		if err := c.dialUpstream(); err != nil {
 			c.writeError(502, "upstream connection failed")
-			return false, fmt.Errorf("broker: upstream %s (%s): %w", c.sni, c.target, err)
+			err = fmt.Errorf("broker: upstream %s (%s): %w", c.sni, c.target, err)
+			llm.end(true, err)
+			return false, err
 		}
 	}
 	up := c.up
 	if _, err := up.Write(head); err != nil {
 		c.writeError(502, "upstream write failed")
+		llm.end(true, err)
 		return false, fmt.Errorf("broker: upstream write: %w", err)
 	}
 	if c.b.cfg.OnUse != nil {
@@ -648,7 +672,11 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 	}
 	bodyDone := make(chan error, 1)
 	if req.hasBody() {
-		go func() { bodyDone <- c.copyRequestBody(req, up) }()
+		var tap io.Writer // a metered call's copy of the body's start (llm.go)
+		if llm != nil {
+			tap = llm.req
+		}
+		go func() { bodyDone <- c.copyRequestBody(req, up, tap) }()
 	} else {
 		bodyDone <- nil
 	}
@@ -659,6 +687,7 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 	// kept-alive connections at random).
 	grace := time.NewTimer(bodyGrace)
 	defer grace.Stop()
+	reqDone := true
 	select {
 	case berr := <-bodyDone:
 		if berr != nil {
@@ -672,18 +701,24 @@ func (c *conn) roundTrip(req *request) (keep bool, err error) {
 		// upstream answered early): the connection cannot carry another
 		// request.
 		keep = false
+		reqDone = false
 	}
+	llm.end(reqDone, err)
 	return keep, err
 }
 
-// copyRequestBody relays the request body byte for byte.
-func (c *conn) copyRequestBody(req *request, up io.Writer) error {
+// copyRequestBody relays the request body byte for byte, and writes it
+// to tap as well when tap is not nil.
+func (c *conn) copyRequestBody(req *request, up, tap io.Writer) error {
 	bw := bufio.NewWriterSize(up, 32<<10)
 	if req.chunked {
 		write := func(b []byte) error { _, err := bw.Write(b); return err }
 		flush := func(b []byte) error {
 			if err := write(b); err != nil {
 				return err
+			}
+			if tap != nil {
+				tap.Write(b)
 			}
 			return bw.Flush()
 		}
@@ -692,7 +727,11 @@ func (c *conn) copyRequestBody(req *request, up io.Writer) error {
 		}
 		return bw.Flush()
 	}
-	n, err := io.CopyN(bw, c.cr, req.contentLength)
+	var dst io.Writer = bw
+	if tap != nil {
+		dst = io.MultiWriter(bw, tap)
+	}
+	n, err := io.CopyN(dst, c.cr, req.contentLength)
 	if err == nil {
 		err = bw.Flush()
 	} else if n < req.contentLength && errors.Is(err, io.EOF) {
@@ -794,6 +833,7 @@ func (c *conn) relayResponse(req *request) (keep bool, err error) {
 			continue
 		}
 		keep := !req.close && !resp.close
+		c.llm.response(resp)
 		if resp.body != bodyNone {
 			// The scrubbed body may differ in length: send it chunked (or
 			// delimited by the close, to an HTTP/1.0 client).
@@ -838,6 +878,11 @@ func (c *conn) relayBody(req *request, resp *response, pats *scrubSet) error {
 	var out io.Writer = c.cw
 	if chunked {
 		out = chunkWriter{c.cw}
+	}
+	if c.llm != nil && c.llm.resp != nil {
+		// A metered call reads its usage from a copy of what the
+		// sandbox is sent (bounded; it never fails or blocks).
+		out = io.MultiWriter(out, c.llm.resp)
 	}
 	sc := pats.writer(out)
 	data := func(b []byte) error {

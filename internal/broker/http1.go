@@ -12,7 +12,7 @@ import (
 
 // A strict HTTP/1.1 message-head parser that keeps the bytes: a request
 // goes upstream exactly as the sandbox sent it except for the value of the
-// granted header (and Accept-Encoding, see prepare). Anything ambiguous
+// granted header (and Accept-Encoding, see prepare and beginLLM). Anything ambiguous
 // about framing (both Content-Length and Transfer-Encoding, differing
 // Content-Lengths, a transfer coding other than chunked, folded or
 // malformed lines, bare CR or LF) is refused rather than guessed at, so the

@@ -21,7 +21,8 @@ func auditExportCmd() *command {
 		short: "Export the audit log as JSON lines",
 		long: "Write every audit event (after --after) as one JSON object per line: the daemon's own\n" +
 			"form with its hashes (--format jsonl), or OCSF-style API Activity events (--format\n" +
-			"ocsf, class_uid 6003; the hashes and detail under \"unmapped\").",
+			"ocsf, class_uid 6003; the hashes and detail under \"unmapped\"). When audit retention\n" +
+			"deleted the oldest events, a line on standard error says where the export starts.",
 		examples: []string{
 			"warden audit export > audit.jsonl",
 			"warden audit export --format ocsf --after 1200 --output audit-ocsf.jsonl",
@@ -54,6 +55,10 @@ func auditExportCmd() *command {
 			}
 			defer f.Close()
 			w = f
+		}
+		// Say where the retained log starts (audit retention).
+		if a, err := cl.AuditAnchor(ctx); err == nil && a.Size > 0 && after < a.Size {
+			fmt.Fprintf(r.env.Stderr, "events 1 to %d were deleted by audit retention: the export starts at seq %d\n", a.Size, a.Size+1)
 		}
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)

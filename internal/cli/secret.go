@@ -107,6 +107,7 @@ func secretGrantCmd() *command {
 		fs.String(&g.Header, "header", "NAME", "the request header that carries it (default Authorization)")
 		fs.String(&g.PathPrefix, "path", "PREFIX", "only requests under this path")
 		fs.String(&g.EnvName, "env", "NAME", "environment variable that holds the placeholder in the sandbox")
+		fs.String(&g.Format, "format", "F", "basic: the placeholder is inside the base64 of 'Authorization: Basic ...'")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 1 {

@@ -24,9 +24,10 @@ func usageCmd() *command {
 		long: "Show what sandboxes used (CPU-seconds from their cgroups, memory GiB-seconds, egress\n" +
 			"bytes, seconds running and paused, disk) and the LLM calls, tokens and cost the LLM gateway\n" +
 			"recorded, summed by principal, agent, sandbox, model or day over a range (default: the\n" +
-			"last 30 days). Sandbox figures are kept per UTC hour, LLM figures per UTC day; LLM calls\n" +
-			"are not attributed to sandboxes. Needs admin. For a live sandbox's counters now, see\n" +
-			"'warden sandbox usage'.",
+			"last 30 days). Sandbox figures are kept per UTC hour, LLM figures per UTC day. LLM calls\n" +
+			"count for the sandbox they came from (through warden.internal, or straight to a known\n" +
+			"provider through the egress broker); by sandbox, calls from none are the row '-'. Needs\n" +
+			"admin. For a live sandbox's counters now, see 'warden sandbox usage'.",
 		examples: []string{
 			"warden usage",
 			"warden usage --by sandbox --since 24h",
@@ -41,7 +42,7 @@ func usageCmd() *command {
 		fs.String(&q.Until, "until", "T", "to (default now), same forms")
 		fs.String(&q.Principal, "principal", "P", "only this principal's use")
 		fs.String(&q.Agent, "agent", "A", "only this agent's use")
-		fs.String(&q.Sandbox, "sandbox", "ID", "only this sandbox's resources")
+		fs.String(&q.Sandbox, "sandbox", "ID", "only this sandbox's use (resources and LLM calls)")
 		fs.Bool(&asCSV, "csv", "print CSV with a header row")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {

@@ -20,22 +20,25 @@ func volumeCmd() *command {
 		long: "Manage persistent volumes: named directories with a size quota that outlive sandboxes\n" +
 			"and daemon restarts. Mount one at create (warden sandbox create --volume NAME:/path[:ro]):\n" +
 			"read-write by one sandbox, or read-only by many. See docs/persistence.md.",
-		subs: []*command{volumeCreateCmd(), volumeLsCmd(), volumeInspectCmd(), volumeResizeCmd(), volumeRmCmd(), volumeCpCmd()},
+		subs: []*command{volumeCreateCmd(), volumeLsCmd(), volumeInspectCmd(), volumeResizeCmd(), volumeRmCmd(), volumeCpCmd(), volumeSnapshotCmd(), volumeRestoreCmd()},
 	}
 }
 
 func volumeCreateCmd() *command {
 	var size sizeFlag
+	var from string
 	c := &command{
-		name:     "create",
-		args:     "NAME",
-		short:    "Create a volume",
-		long:     "Create the volume NAME, empty, with a quota of --size (default: 1g).",
-		examples: []string{"warden volume create data --size 10g"},
+		name:  "create",
+		args:  "NAME",
+		short: "Create a volume",
+		long: "Create the volume NAME, empty, with a quota of --size (default: 1g); or, with --from,\n" +
+			"a copy of a snapshot of one of your volumes, of its size.",
+		examples: []string{"warden volume create data --size 10g", "warden volume create data2 --from data/before-upgrade"},
 		json:     true,
 	}
 	c.flags = func(fs *flagSet) {
 		fs.Var(&size, "size", "SIZE", "quota, such as 512m or 10g (a bare number is MiB)")
+		fs.String(&from, "from", "VOLUME/SNAPSHOT", "make it from this snapshot of one of your volumes")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) != 1 {
@@ -45,7 +48,19 @@ func volumeCreateCmd() *command {
 		if err != nil {
 			return err
 		}
-		v, err := cl.CreateVolume(ctx, args[0], int64(size.mib))
+		var v warden.Volume
+		if from != "" {
+			vol, snap, ok := strings.Cut(from, "/")
+			if !ok || vol == "" || snap == "" {
+				return usageErr(c, "--from: want VOLUME/SNAPSHOT")
+			}
+			if size.mib != 0 {
+				return usageErr(c, "give --size or --from, not both: a volume made from a snapshot has its size")
+			}
+			v, err = cl.CreateVolumeFromSnapshot(ctx, args[0], vol, snap)
+		} else {
+			v, err = cl.CreateVolume(ctx, args[0], int64(size.mib))
+		}
 		if err != nil {
 			return err
 		}

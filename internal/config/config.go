@@ -70,6 +70,10 @@ type Config struct {
 	Monitor MonitorConfig `yaml:"monitor"`
 	// Usage configures the signed audit checkpoints (docs/security.md).
 	Usage UsageConfig `yaml:"usage"`
+	// Audit configures the audit log's retention (docs/security.md).
+	Audit AuditConfig `yaml:"audit"`
+	// Agents configures hosted agents' runs (docs/agents.md).
+	Agents AgentsConfig `yaml:"agents"`
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on
 	// this address, for profiling the daemon. Keep it on loopback: it has
 	// no authentication.
@@ -128,6 +132,8 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Governance configures policies and approvals (governance.go).
 	Governance GovernanceConfig `yaml:"governance"`
+	// Tracing configures OpenTelemetry traces (tracing.go, docs/tracing.md).
+	Tracing TracingConfig `yaml:"tracing"`
 }
 
 // LimitsConfig bounds what clients may hold open on the TCP listeners (the
@@ -427,6 +433,15 @@ func (c *Config) Validate() error {
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1000 {
 		return errors.New("config: pool_size must be between 0 and 1000")
+	}
+	if err := c.validateTracing(); err != nil {
+		return err
+	}
+	if err := c.validateAudit(); err != nil {
+		return err
+	}
+	if err := c.Agents.validate(); err != nil {
+		return err
 	}
 	if err := c.validateGovernance(); err != nil {
 		return err

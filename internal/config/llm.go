@@ -20,6 +20,11 @@ type LLMConfig struct {
 	// ReserveTokens is the output estimate reserved against budgets
 	// before a call that sets no max_tokens (default 1024).
 	ReserveTokens int64 `yaml:"reserve_tokens"`
+	// EgressHosts are more host names whose model calls a sandbox sends
+	// through the egress broker (a brokered secret granted on the host)
+	// are metered like the gateway's calls. Always metered: the hosts of
+	// the providers' base URLs, api.openai.com and api.anthropic.com.
+	EgressHosts []string `yaml:"egress_hosts"`
 }
 
 // LLMProvider is one upstream model API.

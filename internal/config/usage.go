@@ -17,4 +17,9 @@ type UsageConfig struct {
 	// sandbox's counters (default 5s; pauses, resumes and ends are read
 	// at once whatever it is).
 	SampleInterval time.Duration `yaml:"sample_interval"`
+	// Retention is how long usage rows are kept (LLM usage by day,
+	// sandbox usage by hour); older ones are deleted hourly. Zero keeps
+	// them forever; at least 32 days otherwise (monthly LLM budgets sum
+	// the whole month's rows).
+	Retention time.Duration `yaml:"retention"`
 }

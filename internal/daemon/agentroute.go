@@ -52,7 +52,7 @@ func (d *daemon) serveLocal(sandboxID string, c net.Conn) {
 	lr.once.Do(func() {
 		lr.d = d
 		lr.ln = newConnListener()
-		lr.srv = &http.Server{Handler: http.HandlerFunc(lr.serveHTTP), ReadHeaderTimeout: 30 * time.Second,
+		lr.srv = &http.Server{Handler: traceLocal(http.HandlerFunc(lr.serveHTTP)), ReadHeaderTimeout: 30 * time.Second,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 				if sc, ok := c.(*sandboxConn); ok {
@@ -94,7 +94,9 @@ func (lr *localRoute) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, llmgw.PathPrefix) && d.llm != nil:
-		d.llm.ServeHTTP(w, r)
+		// The call's usage is the sandbox's: set from the connection,
+		// which the sandbox cannot forge (a context value, no header).
+		d.llm.ServeHTTP(w, r.WithContext(llmgw.WithSandbox(r.Context(), sb)))
 	case strings.HasPrefix(p, mcpgw.PathPrefix) && d.mcp != nil:
 		d.mcp.ServeHTTP(w, r)
 	case r.Method == http.MethodPost && strings.HasPrefix(p, "/v1/agent-runs/") && strings.HasSuffix(p, "/reply") &&

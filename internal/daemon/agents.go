@@ -29,7 +29,8 @@ func (d *daemon) buildAgents() error {
 	svc, err := agents.New(agents.Config{Store: as, Sandboxes: d.mgr, Keys: d.authn, Audit: d.audits,
 		Log: d.log.With("subsystem", "agents"), LogDir: filepath.Join(d.cfg.StateDir, "agents", "runs"), PublicURL: publicURL,
 		LocalURL: local, OpenAIProvider: openai, AnthropicProvider: anthropic,
-		Secret: d.agentSecret})
+		Secret: d.agentSecret, MaxRuns: d.cfg.Agents.MaxConcurrentRuns,
+		Grants: d.agentGrants(), Policies: d.agentPolicies(), Teams: d.agentTeams()})
 	if err != nil {
 		return err
 	}
@@ -67,4 +68,13 @@ func (d *daemon) agentSecret(ctx context.Context, owner, name string) ([]byte, e
 		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
 	return v, nil
+}
+
+// agentPolicies attaches agents' spec policies to their principals (nil
+// without a governance engine).
+func (d *daemon) agentPolicies() agents.Policies {
+	if d.gov == nil {
+		return nil
+	}
+	return d.gov
 }

@@ -101,6 +101,8 @@ type daemon struct {
 	snaps *snapshot.Service // filesystem snapshots (snapshots.go); nil: unavailable
 
 	meter *usage.Meter // the sandbox usage meter (sandbox_usage.go)
+
+	webhooks *webhooks // outgoing webhooks (webhook.go); nil: none
 }
 
 // Run runs wardend until ctx ends. ready, if not nil, is called with the
@@ -113,6 +115,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return fmt.Errorf("create run dir: %w", err)
 	}
+	stopTracing, err := d.startTracing(ctx) // telemetry.go; flushes last
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	d.backends = &backends{cfg: cfg, log: log,
 		params: backend.Params{RunDir: cfg.RunDir, StateDir: cfg.StateDir, AgentPath: cfg.AgentPath, Log: log}}
 	// Preflights first: a host that cannot run the default backend is
@@ -137,6 +144,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	defer stopCheckpoints()
+	defer d.startUsageRetention(ctx)() // auditretention.go
 	if err := d.buildGovernance(ctx); err != nil {
 		return err
 	}
@@ -156,6 +164,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(tc
 		return err
 	}
 	d.buildVolumes()
+	if err := d.prepareWebhooks(); err != nil { // webhook.go
+		return err
+	}
 	if err := d.buildAPI(); err != nil {
 		return err
 	}
@@ -235,12 +246,13 @@ func (d *daemon) buildManager() error {
 	if d.vault, err = secrets.Open(cfg.StateDir); err != nil {
 		return fmt.Errorf("open secret store: %w", err)
 	}
+	revokeStaleGitGrants(d.vault, log) // gitgrants.go
 	audits := d.audits
 	// The egress path's actions (flows, secret uses) go through the
 	// governed path (egress_govern.go).
 	flowGov, useGov := d.egressGovernance()
 	d.broker, err = broker.New(broker.Config{Credentials: d.vault, StateDir: filepath.Join(cfg.StateDir, "broker-ca"),
-		Govern: useGov,
+		Govern: useGov, LLM: llmEgress{d}, // model calls to known providers metered (llmegress.go)
 		OnUse: func(u broker.UseEvent) {
 			ev := govern.AuditEvent{Principal: "system", Name: "secret.use", Target: u.SandboxID, Outcome: govern.AuditSuccess,
 				Detail: map[string]any{"grant": u.GrantID, "secret": u.SecretID, "version": u.Version,
@@ -305,6 +317,7 @@ func (d *daemon) buildManager() error {
 func (d *daemon) sandboxEnded(sb store.Sandbox) {
 	d.srv.SandboxEnded(sb)
 	d.broker.Forget(sb.ID)
+	d.llmSandboxEnded(sb.ID) // llmegress.go
 	d.vault.PurgeSandbox(sb.ID)
 	d.egress.forget(sb.ID)
 }
@@ -372,6 +385,7 @@ func (d *daemon) buildAPI() error {
 		Monitor:       d.mon,
 		Volumes:       d.vols,
 		Snapshots:     d.buildSnapshots(),
+		Webhooks:      d.webhookAdmin(), // webhook.go
 	})
 	if err != nil {
 		return err
@@ -407,7 +421,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 			return err
 		}
 	}
-	hs := &http.Server{Handler: bodies.Handler(d.withLLM(d.withMCP(srv.Handler()))), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: bodies.Handler(traceMain(d.withLLM(d.withMCP(srv.Handler())))), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var lns []net.Listener
 	var tcpAddr net.Addr
@@ -458,7 +472,7 @@ func (d *daemon) serve(ctx context.Context, ready func(tcp net.Addr, socket stri
 				}
 			}
 			if err == nil && e2bLn != nil {
-				e2bSrv = &http.Server{Handler: bodies.Handler(es.Handler()), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
+				e2bSrv = &http.Server{Handler: bodies.Handler(traceE2B(es.Handler())), ReadHeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
 					MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 			}
 		}

@@ -41,6 +41,12 @@ func (d *daemon) buildLLM() error {
 	if err := d.srv.RegisterCollector(gw.Collector()); err != nil {
 		return fmt.Errorf("llm gateway: metrics: %w", err)
 	}
+	// The series by sandbox (their label summed away unless
+	// metrics.per_sandbox_labels).
+	if err := d.srv.RegisterCollector(gw.SandboxCollector()); err != nil {
+		return fmt.Errorf("llm gateway: metrics: %w", err)
+	}
+	d.log.Debug("llm: model calls to these hosts through the egress broker are metered", "hosts", gw.EgressHosts())
 	d.llm = gw
 	return nil
 }

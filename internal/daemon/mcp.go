@@ -54,7 +54,7 @@ func (d *daemon) buildMCP() error {
 		return fmt.Errorf("mcp gateway: token key: %w", err)
 	}
 	gw, err := mcpgw.New(mcpgw.Config{Store: d.st, Auth: d.authn, Govern: d.gov, Audit: d.audits, Secrets: d.vault,
-		HTTPClient: dial.Client, Hosted: runner, API: d.srv.Handler(), Memory: d.memoryTools(), AllowedOrigins: cfg.MCP.AllowedOrigins,
+		HTTPClient: dial.Client, Hosted: runner, API: traceBuiltin(d.srv.Handler()), Memory: d.memoryTools(), AllowedOrigins: cfg.MCP.AllowedOrigins,
 		PublicURL: publicURL, PostResult: d.mwPost(), Log: d.log.With("subsystem", "mcp"),
 		TokenKey: tokenKey, KeyIdentity: d.keyIdentity})
 	if err != nil {

@@ -36,6 +36,7 @@ func (d *daemon) wireMemoryRuns() {
 		r, ok := agents.RunForKey(ctx, keyID)
 		return r.ID, ok
 	})
+	d.memory.SetTeamLookup(agents.TeamOf)
 }
 
 // memoryTools is the MCP gateway's memory (nil when there is none).

@@ -58,6 +58,7 @@ func (d *daemon) startCheckpoints(ctx context.Context) (stop func(), err error) 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(rctx) })
+	wg.Go(func() { d.runAuditRetention(rctx, pub) }) // auditretention.go
 	return func() { cancel(); wg.Wait() }, nil
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 
@@ -10,38 +11,83 @@ import (
 	"github.com/warden-sandbox/warden/internal/webhook"
 )
 
-// buildWebhooks starts the signed outgoing webhooks (docs/webhooks.md)
-// when endpoints are configured; the returned stop ends their deliveries.
-func (d *daemon) buildWebhooks() (stop func(), err error) {
+// webhooks are the signed outgoing webhooks (docs/webhooks.md): the
+// dispatcher with its deliverers and the admin behind /v1/webhooks.
+type webhooks struct {
+	disp  *webhook.Dispatcher
+	admin *webhook.Admin
+}
+
+// prepareWebhooks checks the config file's endpoints and builds the
+// dispatcher and the admin; no deliverer runs until buildWebhooks.
+func (d *daemon) prepareWebhooks() error {
 	cfg := d.cfg.Webhooks
-	if len(cfg.Endpoints) == 0 {
-		return func() {}, nil
-	}
 	if err := webhook.Check(cfg.Endpoints, cfg.AllowHTTP); err != nil {
-		return nil, err
+		return err
 	}
 	cur, ok := d.st.(store.WebhookStore)
 	if !ok {
-		return nil, fmt.Errorf("webhooks: the store keeps no delivery cursors")
+		if len(cfg.Endpoints) > 0 {
+			return fmt.Errorf("webhooks: the store keeps no delivery cursors")
+		}
+		return nil
 	}
 	var deny []netip.Prefix
 	for _, c := range d.cfg.Network.Deny {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			return nil, fmt.Errorf("network.deny %q: %w", c, err)
+			return fmt.Errorf("network.deny %q: %w", c, err)
 		}
 		deny = append(deny, p)
 	}
 	dial, err := safedial.New(safedial.Options{Dest: network.NewDestinationPolicy(deny), Allow: cfg.AllowHosts,
 		AllowHTTP: cfg.AllowHTTP, MaxRedirects: -1})
 	if err != nil {
-		return nil, fmt.Errorf("webhooks: dialer: %w", err)
+		return fmt.Errorf("webhooks: dialer: %w", err)
 	}
 	head := func() int64 { s, _ := d.alog.Head(); return s }
-	wh, err := webhook.New(webhook.Config{Endpoints: cfg.Endpoints, Audit: d.st, Cursors: cur, Secrets: d.vault,
+	disp, err := webhook.New(webhook.Config{Audit: d.st, Cursors: cur, Secrets: d.vault,
 		Head: head, Client: dial.Client(), Log: d.log.With("subsystem", "webhooks")})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return wh.Close, nil
+	d.webhooks = &webhooks{disp: disp}
+	if es, ok := d.st.(store.WebhookEndpointStore); ok {
+		if d.webhooks.admin, err = webhook.NewAdmin(webhook.AdminConfig{Dispatcher: disp, Store: es, Config: cfg.Endpoints,
+			CheckURL: dial.CheckURL, AllowHTTP: cfg.AllowHTTP}); err != nil {
+			disp.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// webhookAdmin is the admin behind /v1/webhooks (nil: the routes 503).
+func (d *daemon) webhookAdmin() *webhook.Admin {
+	if d.webhooks == nil {
+		return nil
+	}
+	return d.webhooks.admin
+}
+
+// buildWebhooks starts the deliverers of the config file's endpoints and
+// of the stored, enabled ones; the returned stop ends their deliveries.
+func (d *daemon) buildWebhooks() (stop func(), err error) {
+	if d.webhooks == nil {
+		return func() {}, nil
+	}
+	disp := d.webhooks.disp
+	for _, e := range d.cfg.Webhooks.Endpoints {
+		if err := disp.Start(e, webhook.SourceConfig); err != nil {
+			disp.Close()
+			return nil, err
+		}
+	}
+	if a := d.webhooks.admin; a != nil {
+		if err := a.Start(context.Background()); err != nil {
+			disp.Close()
+			return nil, err
+		}
+	}
+	return disp.Close, nil
 }

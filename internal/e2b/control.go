@@ -64,7 +64,7 @@ func (s *Server) routes() *http.ServeMux {
 		{"GET /snapshots", "e2b.snapshot.list", auth.ScopeSandboxesRead, s.listSnapshots},
 		{"DELETE /templates/{id}", "e2b.snapshot.delete", auth.ScopeSandboxesCreate, s.deleteTemplate},
 	} {
-		mux.Handle(r.pattern, s.serve(r.action, r.scope, r.h))
+		mux.Handle(r.pattern, traceRoute(r.pattern, s.serve(r.action, r.scope, r.h))) // telemetry.go
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errf(http.StatusNotFound, "%s %s is not supported by Warden's E2B API", r.Method, r.URL.Path))

@@ -258,6 +258,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		notFound502(w, id)
 		return
 	}
+	traceProxy(r, sb.ID, port) // telemetry.go
 	if port != PortEnvd && port != PortCode {
 		s.userPort(w, r, sb, port)
 		return

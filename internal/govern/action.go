@@ -38,6 +38,8 @@ const (
 	KindAgentTool       Kind = "agent.tool"
 	KindSnapshot        Kind = "snapshot.change"
 	KindAgentChange     Kind = "agent.change"
+	KindVolume          Kind = "volume.change"
+	KindWebhookChange   Kind = "webhook.change"
 )
 
 // Surfaces: the door an action came through.
@@ -88,6 +90,8 @@ var kindTable = []kindSpec{
 	{KindAgentTool, "agent_tool", reflect.TypeFor[AgentTool](), func(a *Action) any { return orZero(a.AgentTool) }},
 	{KindSnapshot, "snapshot", reflect.TypeFor[Snapshot](), func(a *Action) any { return orZero(a.Snapshot) }},
 	{KindAgentChange, "hosted_agent", reflect.TypeFor[AgentChange](), func(a *Action) any { return orZero(a.HostedAgent) }},
+	{KindVolume, "volume", reflect.TypeFor[VolumeChange](), func(a *Action) any { return orZero(a.Volume) }},
+	{KindWebhookChange, "webhook", reflect.TypeFor[WebhookChange](), func(a *Action) any { return orZero(a.Webhook) }},
 }
 
 // kinds indexes kindTable.
@@ -158,6 +162,11 @@ type Action struct {
 	// HostedAgent: a hosted agent's definition changed or a run started by
 	// hand (the CEL variable is hosted_agent: agent is the actor's).
 	HostedAgent *AgentChange `json:"hosted_agent,omitempty"`
+	// Volume: a persistent volume created, resized, deleted, snapshotted
+	// or restored (CEL: volume).
+	Volume *VolumeChange `json:"volume,omitempty"`
+	// Webhook: an outgoing webhook endpoint changed or tested.
+	Webhook *WebhookChange `json:"webhook,omitempty"`
 
 	// Payload is content the guard stage screens that is no attribute (a
 	// file write's body, an exec's environment values); never recorded.
@@ -167,6 +176,10 @@ type Action struct {
 	// API, its *auth.Identity), opaque to this package: the access stage
 	// the daemon installs reads it. It is never recorded.
 	Credential any `json:"-"`
+
+	// attached are the policies attached to the principal (attach.go),
+	// set by Decide.
+	attached map[string]bool
 }
 
 // Principal is the actor: the agent when one acts.
@@ -277,6 +290,10 @@ type File struct {
 	Op   string `json:"op"`             // read, write, remove, list, stat, mkdir, move, watch
 	Dest string `json:"dest,omitempty"` // the destination of a move
 	Size int64  `json:"size,omitempty"` // bytes written, when known
+	// Volume is the persistent volume copied into or out of, without a
+	// sandbox (GET|PUT /v1/volumes/{name}/files; Path is then the path in
+	// the volume), "" for a sandbox's files.
+	Volume string `json:"volume,omitempty"`
 }
 
 // Code are the attributes of code.run (CEL: code).
@@ -340,6 +357,18 @@ type Snapshot struct {
 	Template string `json:"template,omitempty"` // promote: the template's name
 }
 
+// VolumeChange are the attributes of volume.change (CEL: volume): a
+// persistent volume created (with from_volume and snapshot when made from
+// a snapshot), resized, deleted, snapshotted (snapshot), a snapshot of it
+// deleted (snapshot_delete), or restored from one (restore).
+type VolumeChange struct {
+	Op         string `json:"op"` // create, resize, delete, snapshot, snapshot_delete, restore
+	Name       string `json:"name"`
+	SizeBytes  int64  `json:"size_bytes,omitempty"` // create, resize: the size asked for
+	Snapshot   string `json:"snapshot,omitempty"`
+	FromVolume string `json:"from_volume,omitempty"` // create from a snapshot: its volume
+}
+
 // AgentChange are the attributes of agent.change (CEL: hosted_agent): a
 // hosted agent created, updated or deleted, or a run of it started through
 // the API (runs started by a schedule, a webhook or Slack are the agent's
@@ -352,6 +381,25 @@ type AgentChange struct {
 	Sandbox    string   `json:"sandbox,omitempty"` // fresh or persistent
 	Scopes     []string `json:"scopes,omitempty"`  // of each run's key
 	MCPServers []string `json:"mcp_servers,omitempty"`
+	// Secrets are the names (or IDs) of the spec's secrets, Policies the
+	// policies it attaches, Team its team memory ("" none).
+	Secrets  []string `json:"secrets,omitempty"`
+	Policies []string `json:"policies,omitempty"`
+	Team     string   `json:"team,omitempty"`
+}
+
+// WebhookChange are the attributes of webhook.change (CEL: webhook): an
+// outgoing webhook endpoint created, updated or deleted through the API,
+// or a test ping sent to one. For create and update they describe the new
+// definition.
+type WebhookChange struct {
+	Op       string   `json:"op"` // create, update, delete or test
+	Name     string   `json:"name"`
+	URL      string   `json:"url,omitempty"`
+	Host     string   `json:"host,omitempty"` // the URL's host
+	Events   []string `json:"events,omitempty"`
+	Outcomes []string `json:"outcomes,omitempty"`
+	Enabled  bool     `json:"enabled"`
 }
 
 // KeyChange are the attributes of key.change (CEL: key).

@@ -193,6 +193,8 @@ type Engine struct {
 
 	writeMu sync.Mutex              // serialises policy writes
 	rules   atomic.Pointer[ruleSet] // what Decide evaluates
+	// attach: policy IDs attached to principals (attach.go).
+	attach atomic.Pointer[map[string]map[string]bool]
 
 	waitMu  sync.Mutex
 	waiters map[string][]chan struct{} // approval id -> woken on decision
@@ -244,14 +246,15 @@ func (e *Engine) Stages() []string {
 // Close waits for approval announcements in flight.
 func (e *Engine) Close() { e.bg.Wait() }
 
-// Decide runs the action through the stages and returns the decision. An
+// decide runs the action through the stages and returns the decision. An
 // error means the action must be refused: either a stage's error (returned
 // as is) or a failure to keep an approval. A nil error with a decision
 // whose Err is non-nil is a refusal by policy.
-func (e *Engine) Decide(ctx context.Context, a *Action) (Decision, error) {
+func (e *Engine) decide(ctx context.Context, a *Action) (Decision, error) {
 	if a.Time.IsZero() {
 		a.Time = e.now()
 	}
+	a.attached = e.attachedTo(a.Principal.ID)
 	if !a.Kind.Known() {
 		return Decision{Outcome: Deny, Message: "unknown action kind"},
 			fmt.Errorf("decide %q: %w", a.Kind, ErrUnknownKind)
@@ -432,7 +435,7 @@ func (rs *ruleSet) decide(ctx context.Context, a *Action, def Outcome, timeout t
 		// cannot be evaluated denies.
 		for _, list := range [][]*compiledRule{kr.deny, kr.approval} {
 			for _, r := range list {
-				if !next() || !r.policy.Scope.applies(a) {
+				if !next() || !r.policy.covers(a) {
 					continue
 				}
 				ok, err := ev.match(r)
@@ -452,7 +455,7 @@ func (rs *ruleSet) decide(ctx context.Context, a *Action, def Outcome, timeout t
 		// Allow and log_only rules are skipped when they fail.
 		var skipped []string
 		for _, r := range kr.rest {
-			if !next() || !r.policy.Scope.applies(a) {
+			if !next() || !r.policy.covers(a) {
 				continue
 			}
 			ok, err := ev.match(r)
@@ -486,7 +489,7 @@ func (rs *ruleSet) defaultFor(a *Action, def Outcome) Decision {
 		if !ok {
 			o, ok = p.Defaults["*"]
 		}
-		if !ok || !p.Scope.applies(a) {
+		if !ok || !p.covers(a) {
 			continue
 		}
 		if best == nil || p.Scope.Kind.specificity() > best.Scope.Kind.specificity() ||

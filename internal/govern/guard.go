@@ -426,7 +426,7 @@ func screen(a *Action, target string, gs []*compiledGuard, pieces []piece, trunc
 	var maskFindings = make([][]guard.Finding, len(pieces))
 	masking := false
 	for _, g := range gs {
-		if !g.policy.Scope.applies(a) {
+		if !g.policy.covers(a) {
 			continue
 		}
 		hit := false

@@ -129,11 +129,11 @@ func (g *Gateway) record(c *call, respContent string) {
 	now := g.cfg.Now().UTC()
 	target := "llm:" + c.prov.Name + "/" + c.model
 	tl.RecordLLM(store.MonitorEvent{Time: c.start.UTC(), Kind: EventPrompt, Source: SourceLLM, Principal: p.ID,
-		Agent: agentID, Action: EventPrompt, Target: target, Outcome: govern.AuditSuccess, Detail: raw,
+		Agent: agentID, Sandbox: c.sandbox, Action: EventPrompt, Target: target, Outcome: govern.AuditSuccess, Detail: raw,
 		Content: string(c.prompt)})
 	if respContent != "" {
 		tl.RecordLLM(store.MonitorEvent{Time: now, Kind: EventResponse, Source: SourceLLM, Principal: p.ID,
-			Agent: agentID, Action: EventResponse, Target: target, Outcome: c.outcome, Detail: raw,
+			Agent: agentID, Sandbox: c.sandbox, Action: EventResponse, Target: target, Outcome: c.outcome, Detail: raw,
 			Content: respContent})
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/config"
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/govern"
+	"github.com/warden-sandbox/warden/internal/llmusage"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
@@ -92,11 +93,13 @@ type Config struct {
 
 // Gateway serves the LLM endpoints. Safe for concurrent use.
 type Gateway struct {
-	cfg     Config
-	log     *slog.Logger
-	byNm    map[string]*config.LLMProvider
-	meter   *meter
-	metrics *metrics
+	cfg       Config
+	log       *slog.Logger
+	byNm      map[string]*config.LLMProvider
+	meter     *meter
+	metrics   *metrics
+	egress    map[string]egressProvider // the hosts metered through the broker (egress.go)
+	sbMetrics *sandboxMetrics           // the series by sandbox (metrics_sandbox.go)
 
 	setMu sync.RWMutex
 	set   settings          // the price table and budgets in force
@@ -138,6 +141,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		g.byNm[p.Name] = p
 	}
+	g.egress, g.sbMetrics = egressHosts(cfg.LLM), newSandboxMetrics()
 	if err := CheckBudgets(cfg.LLM.Budgets); err != nil {
 		return nil, fmt.Errorf("llm gateway: %w", err)
 	}
@@ -277,6 +281,7 @@ type call struct {
 	start   time.Time
 	model   string
 	agent   string
+	sandbox string // the sandbox the call came from (WithSandbox), "" for none
 	price   price
 	priced  bool
 	usage   usage
@@ -361,7 +366,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	set := g.settings()
-	c := &call{prov: prov, api: ep[0], ident: ident, start: g.cfg.Now(), model: upstream, agent: agent, outcome: govern.AuditSuccess}
+	c := &call{prov: prov, api: ep[0], ident: ident, start: g.cfg.Now(), model: upstream, agent: agent, outcome: govern.AuditSuccess,
+		sandbox: SandboxOf(r.Context())}
 	c.action = &govern.Action{Kind: govern.KindLLMCall, Surface: govern.SurfaceLLM, RequestID: newRequestID(),
 		Principal:  govern.Principal{ID: p.ID, Kind: p.Kind, Owner: p.CreatedBy},
 		Credential: &govern.Checked{Identity: ident},
@@ -371,6 +377,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.detail = map[string]any{"provider": prov.Name, "api": ep[0], "model": model, "upstream_model": upstream, "stream": stream}
 	if agent != "" {
 		c.detail["agent"] = agent
+	}
+	r, span := startLLMCall(r, c) // trace.go
+	defer endLLMCall(span, c)
+	if c.sandbox != "" {
+		c.detail["sandbox"] = c.sandbox
 	}
 
 	if len(prov.AllowModels) > 0 && !matchAny(prov.AllowModels, upstream) {
@@ -498,6 +509,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ureq.Header.Set("Authorization", "Bearer "+string(key))
 	}
+	traceUpstream(ureq) // trace.go
 	resp, err := g.cfg.Client.Do(ureq)
 	if err != nil {
 		msg := "the provider cannot be reached"
@@ -547,7 +559,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Usage *usage `json:"usage"`
 		}
 		if json.Unmarshal(b, &env) == nil && env.Usage != nil {
-			c.usage.merge(*env.Usage)
+			c.usage.Merge(*env.Usage)
 		}
 		b = bytes.ReplaceAll(b, key, []byte("[redacted]"))
 		if resp.StatusCode < 300 {
@@ -582,10 +594,10 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, c *call, status
 
 // settle records the call's usage and cost and audits it.
 func (g *Gateway) settle(ctx context.Context, c *call) {
-	in, out := c.usage.in(), c.usage.out()
+	in, out := c.usage.In(), c.usage.Out()
 	cost := c.price.cost(in, out)
 	u := store.LLMUsage{PrincipalID: c.ident.Principal.ID, Agent: c.agent, Day: g.cfg.Now().UTC().Format(time.DateOnly),
-		Provider: c.prov.Name, Model: c.model, Calls: 1, TokensIn: in, TokensOut: out, CostMicros: cost}
+		Provider: c.prov.Name, Model: c.model, SandboxID: c.sandbox, Calls: 1, TokensIn: in, TokensOut: out, CostMicros: cost}
 	if err := g.cfg.Usage.AddLLMUsage(context.WithoutCancel(ctx), u); err != nil {
 		g.log.Error("llm gateway: record usage", "principal", u.PrincipalID, "err", err)
 		c.detail["usage_error"] = "the usage was not recorded"
@@ -595,6 +607,7 @@ func (g *Gateway) settle(ctx context.Context, c *call) {
 	}
 	c.detail["tokens_in"], c.detail["tokens_out"], c.detail["cost_micros"] = in, out, cost
 	g.observe(c, in, out, cost)
+	g.observeSandbox(c, "gateway", in, out, cost)
 	if !c.priced {
 		c.detail["unpriced"] = true
 	}
@@ -654,7 +667,7 @@ func (g *Gateway) relayStream(w http.ResponseWriter, body io.Reader, c *call, st
 			trim := bytes.TrimRight(line, "\r\n")
 			if data, ok := bytes.CutPrefix(trim, []byte("data:")); ok {
 				data = bytes.TrimSpace(data)
-				if c.usage.fromEvent(data) && stripUsage {
+				if c.usage.FromEvent(data) && stripUsage {
 					drop = true
 				}
 				if c.text != nil {
@@ -691,82 +704,9 @@ func (g *Gateway) relayStream(w http.ResponseWriter, body io.Reader, c *call, st
 	}
 }
 
-// usage is the providers' usage fields: OpenAI chat and embeddings
-// (prompt/completion), OpenAI responses and Anthropic (input/output,
-// Anthropic's cache counts apart).
-type usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	InputTokens      int64 `json:"input_tokens"`
-	OutputTokens     int64 `json:"output_tokens"`
-	CacheCreation    int64 `json:"cache_creation_input_tokens"`
-	CacheRead        int64 `json:"cache_read_input_tokens"`
-}
-
-func (u usage) in() int64  { return u.PromptTokens + u.InputTokens + u.CacheCreation + u.CacheRead }
-func (u usage) out() int64 { return u.CompletionTokens + u.OutputTokens }
-
-// merge keeps the larger of each count: Anthropic's message_delta repeats
-// the cumulative output count, message_start the input.
-func (u *usage) merge(v usage) {
-	u.PromptTokens = max(u.PromptTokens, v.PromptTokens)
-	u.CompletionTokens = max(u.CompletionTokens, v.CompletionTokens)
-	u.InputTokens = max(u.InputTokens, v.InputTokens)
-	u.OutputTokens = max(u.OutputTokens, v.OutputTokens)
-	u.CacheCreation = max(u.CacheCreation, v.CacheCreation)
-	u.CacheRead = max(u.CacheRead, v.CacheRead)
-}
-
-// fromEvent reads usage from one SSE data payload and reports whether it
-// is an OpenAI chat usage chunk (usage with no choices).
-func (u *usage) fromEvent(data []byte) bool {
-	if len(data) == 0 || data[0] != '{' || !hasUsageObject(data) {
-		return false
-	}
-	var ev struct {
-		Usage   *usage `json:"usage"`
-		Message *struct {
-			Usage *usage `json:"usage"`
-		} `json:"message"`
-		Response *struct {
-			Usage *usage `json:"usage"`
-		} `json:"response"`
-		Choices *[]json.RawMessage `json:"choices"`
-	}
-	if json.Unmarshal(data, &ev) != nil {
-		return false
-	}
-	if ev.Usage != nil {
-		u.merge(*ev.Usage)
-	}
-	if ev.Message != nil && ev.Message.Usage != nil {
-		u.merge(*ev.Message.Usage)
-	}
-	if ev.Response != nil && ev.Response.Usage != nil {
-		u.merge(*ev.Response.Usage)
-	}
-	return ev.Usage != nil && ev.Choices != nil && len(*ev.Choices) == 0
-}
-
-// hasUsageObject reports whether data has a "usage" key whose value is an
-// object, so that most stream events ("usage":null or none) are passed on
-// without being decoded.
-func hasUsageObject(data []byte) bool {
-	for rest := data; ; {
-		i := bytes.Index(rest, []byte(`"usage"`))
-		if i < 0 {
-			return false
-		}
-		rest = rest[i+len(`"usage"`):]
-		j := 0
-		for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t' || rest[j] == '\n' || rest[j] == '\r' || rest[j] == ':') {
-			j++
-		}
-		if j < len(rest) && rest[j] == '{' {
-			return true
-		}
-	}
-}
+// usage is the providers' usage fields, read by the shared parser
+// (internal/llmusage; the egress broker's meter reads them with it too).
+type usage = llmusage.Usage
 
 func toolNames(raw json.RawMessage) []string {
 	var tools []struct {
@@ -819,16 +759,23 @@ func scrub(s string, key []byte) string {
 // writeError answers in the provider's own error shape, so that its SDKs
 // surface the message.
 func writeError(w http.ResponseWriter, kind string, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(errorBody(kind, typ, msg))
+}
+
+// errorBody is an error in the provider kind's shape (JSON, with a
+// newline).
+func errorBody(kind, typ, msg string) []byte {
 	var body any
 	if kind == "anthropic" {
 		body = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
 	} else {
 		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": typ, "param": nil}}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	b, _ := json.Marshal(body)
+	return append(b, '\n')
 }
 
 func newRequestID() string {

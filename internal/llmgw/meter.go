@@ -236,21 +236,21 @@ func (m *meter) release(res *reservation) {
 // memUsage is the in-memory UsageStore used when the gateway has none.
 type memUsage struct {
 	mu       sync.Mutex
-	rows     map[[5]string]*store.LLMUsage
+	rows     map[[6]string]*store.LLMUsage
 	settings map[string]store.UsageSetting
 }
 
 func newMemUsage() *memUsage {
-	return &memUsage{rows: map[[5]string]*store.LLMUsage{}, settings: map[string]store.UsageSetting{}}
+	return &memUsage{rows: map[[6]string]*store.LLMUsage{}, settings: map[string]store.UsageSetting{}}
 }
 
 func (m *memUsage) AddLLMUsage(_ context.Context, u store.LLMUsage) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	k := [5]string{u.PrincipalID, u.Agent, u.Day, u.Provider, u.Model}
+	k := [6]string{u.PrincipalID, u.Agent, u.Day, u.Provider, u.Model, u.SandboxID}
 	r := m.rows[k]
 	if r == nil {
-		r = &store.LLMUsage{PrincipalID: u.PrincipalID, Agent: u.Agent, Day: u.Day, Provider: u.Provider, Model: u.Model}
+		r = &store.LLMUsage{PrincipalID: u.PrincipalID, Agent: u.Agent, Day: u.Day, Provider: u.Provider, Model: u.Model, SandboxID: u.SandboxID}
 		m.rows[k] = r
 	}
 	r.Calls += u.Calls
@@ -262,7 +262,8 @@ func (m *memUsage) AddLLMUsage(_ context.Context, u store.LLMUsage) error {
 
 func match(f store.LLMUsageFilter, u *store.LLMUsage) bool {
 	return (len(f.Principals) == 0 || slices.Contains(f.Principals, u.PrincipalID)) &&
-		(f.Agent == "" || f.Agent == u.Agent) && (f.FromDay == "" || u.Day >= f.FromDay) && (f.ToDay == "" || u.Day <= f.ToDay)
+		(f.Agent == "" || f.Agent == u.Agent) && (f.Sandbox == "" || f.Sandbox == u.SandboxID) &&
+		(f.FromDay == "" || u.Day >= f.FromDay) && (f.ToDay == "" || u.Day <= f.ToDay)
 }
 
 func (m *memUsage) SumLLMUsage(_ context.Context, f store.LLMUsageFilter) (int64, int64, error) {
@@ -288,7 +289,7 @@ func (m *memUsage) ListLLMUsage(_ context.Context, f store.LLMUsageFilter) ([]st
 		}
 	}
 	key := func(u store.LLMUsage) string {
-		return strings.Join([]string{u.Day, u.PrincipalID, u.Agent, u.Provider, u.Model}, "\x00")
+		return strings.Join([]string{u.Day, u.PrincipalID, u.Agent, u.Provider, u.Model, u.SandboxID}, "\x00")
 	}
 	sort.Slice(out, func(i, j int) bool { return key(out[i]) < key(out[j]) })
 	return out, nil

@@ -25,19 +25,25 @@ var memoryBuiltinTools = []builtinTool{
 	{&mcp.Tool{Name: "memory_remember", Description: "Remember a note under a key in your own long-term memory " +
 		"(a new version if the key exists). Memory outlives this run and sandbox; never store secrets.",
 		InputSchema: schema(map[string]any{"key": strProp("A short name for the note, e.g. user/alice or runbook/deploy."),
-			"text": strProp("The note (up to 64 KiB)."),
-			"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "Optional tags."}},
+			"text":  strProp("The note (up to 64 KiB)."),
+			"tags":  map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "Optional tags."},
+			"scope": memoryScopeProp},
 			"key", "text"), Annotations: destructive(false)}, nil},
 	{&mcp.Tool{Name: "memory_recall", Description: "Search your memory by words (or fetch one key); best matches first.",
 		InputSchema: schema(map[string]any{"query": strProp("Words to search for."), "key": strProp("Fetch this key instead."),
-			"tag": strProp("Only notes with this tag."), "limit": intProp("At most this many (default 100).")}),
+			"tag": strProp("Only notes with this tag."), "limit": intProp("At most this many (default 100)."), "scope": memoryScopeProp}),
 		Annotations: readOnly}, nil},
 	{&mcp.Tool{Name: "memory_list", Description: "List the notes in your memory (latest versions), by key.",
 		InputSchema: schema(map[string]any{"prefix": strProp("Only keys starting with this."), "tag": strProp("Only notes with this tag."),
-			"limit": intProp("At most this many (default 100).")}), Annotations: readOnly}, nil},
+			"limit": intProp("At most this many (default 100)."), "scope": memoryScopeProp}), Annotations: readOnly}, nil},
 	{&mcp.Tool{Name: "memory_forget", Description: "Forget a key of your memory (its history stays for review).",
-		InputSchema: schema(map[string]any{"key": strProp("The key.")}, "key"), Annotations: destructive(true)}, nil},
+		InputSchema: schema(map[string]any{"key": strProp("The key."), "scope": memoryScopeProp}, "key"), Annotations: destructive(true)}, nil},
 }
+
+// memoryScopeProp is the memory tools' scope argument (internal/memory's
+// team.go): the agent's own memory or its team's.
+var memoryScopeProp = map[string]any{"type": "string", "enum": []string{"agent", "team"},
+	"description": "agent (default): your own memory; team: the memory shared by your team's agents (memory.team in your spec)."}
 
 func init() { builtinTools = append(builtinTools, memoryBuiltinTools...) }
 

@@ -144,7 +144,9 @@ func (g *Gateway) call(ctx context.Context, vs *vserver, name string, req *mcp.C
 		fwd, args = b, a.MCP.Arguments
 		detail["arguments_rewritten"] = true
 	}
-	res, err := g.callUpstream(ctx, vs, c, t, req, args, fwd)
+	uctx, span := startToolCall(ctx, vs.id, t) // trace.go
+	res, err := g.callUpstream(uctx, vs, c, t, req, args, fwd)
+	endToolCall(span, res, err)
 	if err != nil {
 		var werr *jsonrpc.Error
 		if errors.As(err, &werr) {
@@ -303,6 +305,7 @@ func (g *Gateway) callUpstream(ctx context.Context, vs *vserver, c *caller, t *e
 			}
 			maps.Copy(params.Meta, m)
 		}
+		traceMeta(ctx, &params.Meta) // trace.go
 		res, err = cs.CallTool(ctx, params)
 		return err
 	})

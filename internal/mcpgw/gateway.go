@@ -28,6 +28,7 @@ import (
 	"github.com/warden-sandbox/warden/internal/errkind"
 	"github.com/warden-sandbox/warden/internal/govern"
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/telemetry"
 )
 
 // ScopeUse is the scope a key needs to use the virtual servers granted to
@@ -307,6 +308,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "forbidden", "the key lacks the "+string(ScopeUse)+" scope")
 		return
 	}
+	telemetry.SetPrincipal(r.Context(), ident.Principal.ID) // also for MCP tokens (docs/tracing.md)
 	granted, err := g.cachedGranted(r.Context(), id, ident.Principal.ID)
 	if err != nil {
 		g.log.Error("mcp gateway: read grants", "server", id, "err", err)

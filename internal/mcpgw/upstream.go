@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/warden-sandbox/warden/internal/store"
+	"github.com/warden-sandbox/warden/internal/telemetry"
 	"github.com/warden-sandbox/warden/internal/version"
 )
 
@@ -397,6 +398,7 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	r := req.Clone(req.Context())
 	r.Header.Del("Authorization")
 	r.Header.Del("Cookie")
+	telemetry.Inject(r.Context(), r.Header) // traceparent, when tracing is on (trace.go)
 	base := t.base
 	if base == nil {
 		base = http.DefaultTransport

@@ -54,6 +54,9 @@ var (
 // a write is attributed to.
 type Actor struct {
 	Namespace string
+	// Team is the namespace of the team memory the agent shares ("" none;
+	// team.go).
+	Team      string
 	Agent     string
 	RunID     string
 	Principal govern.Principal
@@ -75,6 +78,8 @@ type Service struct {
 	mu  sync.RWMutex
 	// runOf maps an API key to the hosted-agent run it belongs to.
 	runOf func(ctx context.Context, keyID string) (runID string, ok bool)
+	// teamOf maps an agent's name to the team memory it shares (team.go).
+	teamOf func(ctx context.Context, agent string) (team string, ok bool)
 }
 
 // New returns a Service.
@@ -112,11 +117,16 @@ func (s *Service) ActorFor(ctx context.Context, ident auth.Identity) (Actor, err
 	}
 	a := Actor{Namespace: p.Name, Agent: p.Name, Principal: govern.Principal{ID: p.ID, Kind: p.Kind, Owner: p.CreatedBy}}
 	s.mu.RLock()
-	runOf := s.runOf
+	runOf, teamOf := s.runOf, s.teamOf
 	s.mu.RUnlock()
 	if runOf != nil && ident.Key.ID != "" {
 		if run, ok := runOf(ctx, ident.Key.ID); ok {
 			a.RunID = run
+		}
+	}
+	if teamOf != nil {
+		if team, ok := teamOf(ctx, p.Name); ok {
+			a.Team = TeamNamespace(team)
 		}
 	}
 	return a, nil

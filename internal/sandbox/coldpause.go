@@ -34,8 +34,10 @@ import (
 // and leaves the sandbox running.
 func (m *Manager) PauseCold(ctx context.Context, id string) (store.Sandbox, error) {
 	start, iso := time.Now(), m.isolationOf(id)
+	ctx, span := startOp(ctx, "pause", id, attrCold.Bool(true)) // trace.go
 	sb, err := m.pauseCold(ctx, id)
 	m.met.observe("pause", iso, start, err)
+	endOp(span, "", iso, err)
 	return sb, err
 }
 

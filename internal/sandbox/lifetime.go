@@ -160,7 +160,7 @@ func (m *Manager) reapLifetimes(ctx context.Context) {
 		}
 		if lc.MaxLifetime > 0 && !now.Before(sb.CreatedAt.Add(lc.MaxLifetime)) {
 			m.lifecycleEvent(id, "lifetime_kill", fmt.Sprintf("maximum lifetime %s reached", lc.MaxLifetime))
-			m.kill(ctx, id, "maximum lifetime reached")
+			m.kill(auto(ctx, "lifetime_kill"), id, "maximum lifetime reached")
 			m.forgetActivity(id)
 			continue
 		}
@@ -171,7 +171,7 @@ func (m *Manager) reapLifetimes(ctx context.Context) {
 			}
 			if ret > 0 && !lc.PausedAt.IsZero() && !now.Before(lc.PausedAt.Add(ret)) {
 				m.lifecycleEvent(id, "retention_delete", fmt.Sprintf("paused since %s, past its retention of %s", lc.PausedAt.Format(time.RFC3339), ret))
-				m.kill(ctx, id, "paused past its retention")
+				m.kill(auto(ctx, "retention_delete"), id, "paused past its retention")
 				m.forgetActivity(id)
 			}
 			continue
@@ -185,14 +185,14 @@ func (m *Manager) reapLifetimes(ctx context.Context) {
 		}
 		if !lc.IdleKill {
 			m.lifecycleEvent(id, "idle_pause", fmt.Sprintf("idle for %s", lc.IdleTimeout))
-			if _, err := m.Pause(ctx, id); err == nil {
+			if _, err := m.Pause(auto(ctx, "idle_pause"), id); err == nil {
 				continue
 			} else {
 				m.log.Warn("pause of an idle sandbox failed; killing", "sandbox", id, "err", err)
 			}
 		}
 		m.lifecycleEvent(id, "idle_kill", fmt.Sprintf("idle for %s", lc.IdleTimeout))
-		m.kill(ctx, id, "idle timeout")
+		m.kill(auto(ctx, "idle_kill"), id, "idle timeout")
 		m.forgetActivity(id)
 	}
 }

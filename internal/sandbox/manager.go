@@ -649,10 +649,10 @@ func (m *Manager) killByID(ctx context.Context, id, reason string) error {
 	return m.kill(ctx, id, reason)
 }
 
-// kill marks a sandbox stopping, deletes it from its backend and records it
+// killUntraced marks a sandbox stopping, deletes it from its backend and records it
 // stopped with reason. A sandbox already stopping is left to the call that
 // made it so.
-func (m *Manager) kill(ctx context.Context, id string, reason string) error {
+func (m *Manager) killUntraced(ctx context.Context, id string, reason string) error {
 	ctx = context.WithoutCancel(ctx)
 	prev := State("")
 	_, err := m.st.UpdateSandbox(ctx, id, func(s *store.Sandbox) error {
@@ -1086,12 +1086,12 @@ func (m *Manager) reapExpired(ctx context.Context) {
 			if sb.Lifecycle.AutoPauseCold {
 				pause = m.PauseCold
 			}
-			_, err := pause(ctx, id)
+			_, err := pause(auto(ctx, "timeout_pause"), id) // trace.go
 			if errors.Is(err, backend.ErrUnsupported) && sb.Lifecycle.AutoPauseCold {
 				// The backend keeps this sandbox's files in memory:
 				// paused with its memory rather than killed.
 				m.log.Warn("pause without memory at timeout refused; pausing with memory", "sandbox", id, "err", err)
-				_, err = m.Pause(ctx, id)
+				_, err = m.Pause(auto(ctx, "timeout_pause"), id)
 			}
 			if err == nil {
 				m.log.Info("sandbox paused at its timeout", "sandbox", id)
@@ -1102,7 +1102,7 @@ func (m *Manager) reapExpired(ctx context.Context) {
 		}
 		m.log.Info("sandbox timed out", "sandbox", id)
 		m.lifecycleEvent(id, "timeout_kill", "timeout reached")
-		m.kill(ctx, id, "timeout")
+		m.kill(auto(ctx, "timeout_kill"), id, "timeout")
 	}
 }
 

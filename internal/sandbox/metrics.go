@@ -95,6 +95,7 @@ func (m *Manager) isolationOf(id string) string {
 // that made it fail; its record is then "failed").
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
 	start := time.Now()
+	ctx, span := startOp(ctx, "create", "") // trace.go
 	sb, err := m.create(ctx, req)
 	iso := sb.Backend
 	if iso == "" {
@@ -103,6 +104,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		}
 	}
 	m.met.observe("create", iso, start, err)
+	traceTemplate(span, sb.Template, req.Template)
+	endOp(span, sb.ID, iso, err)
 	return sb, err
 }
 
@@ -111,8 +114,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 // checkpoint). A failed pause leaves the sandbox running.
 func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 	start, iso := time.Now(), m.isolationOf(id)
+	ctx, span := startOp(ctx, "pause", id)
 	sb, err := m.pause(ctx, id)
 	m.met.observe("pause", iso, start, err)
+	endOp(span, "", iso, err)
 	m.usageChanged(id, err) // usage.go
 	return sb, err
 }
@@ -121,8 +126,10 @@ func (m *Manager) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 func (m *Manager) Resume(ctx context.Context, id string) (store.Sandbox, error) {
 	m.Touch(id) // a resume is activity (lifetime.go)
 	start, iso := time.Now(), m.isolationOf(id)
+	ctx, span := startOp(ctx, "resume", id)
 	sb, err := m.resume(ctx, id)
 	m.met.observe("resume", iso, start, err)
+	endOp(span, "", iso, err)
 	m.usageChanged(id, err) // usage.go
 	return sb, err
 }
@@ -141,8 +148,13 @@ func (m *Manager) Kill(ctx context.Context, id, reason string) error {
 // many sandboxes it makes.
 func (m *Manager) Fork(ctx context.Context, id string, req ForkRequest) ([]store.Sandbox, error) {
 	start, iso := time.Now(), m.isolationOf(id)
+	ctx, span := startOp(ctx, "fork", id)
 	sbs, err := m.fork(ctx, id, req)
 	m.met.observe("fork", iso, start, err)
+	if span.IsRecording() {
+		span.SetAttributes(attrCount.Int(len(sbs)))
+	}
+	endOp(span, "", iso, err)
 	return sbs, err
 }
 

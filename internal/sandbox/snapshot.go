@@ -3,18 +3,21 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/warden-sandbox/warden/internal/backend"
 	"github.com/warden-sandbox/warden/internal/store"
 )
 
-// CaptureFS copies the writable layers of sandbox id, running or paused,
+// captureFS copies the writable layers of sandbox id, running or paused,
 // through its backend (backend.FSCapturer; internal/snapshot makes
 // snapshots of them). A running sandbox is frozen for the copy, so it sees
 // one moment of the sandbox's files, and thawed after it, unless a call
-// paused it meanwhile; it keeps running. It returns the sandbox's record
+// paused it meanwhile; it keeps running. A backend.PreCapturer copies
+// first while it runs and is frozen only to copy what changed since; a
+// backend.LiveCapturer freezes it itself. It returns the sandbox's record
 // as it was when the copy began.
-func (m *Manager) CaptureFS(ctx context.Context, id string, dir func(target string) (string, error)) (store.Sandbox, error) {
+func (m *Manager) captureFS(ctx context.Context, id string, dir func(target string) (string, error)) (store.Sandbox, error) {
 	sb, err := m.Get(ctx, id)
 	if err != nil {
 		return sb, err
@@ -31,23 +34,43 @@ func (m *Manager) CaptureFS(ctx context.Context, id string, dir func(target stri
 	if !ok {
 		return sb, fmt.Errorf("%w: backend %s cannot copy a sandbox's files (native can)", backend.ErrUnsupported, l.b.ID())
 	}
-	if st == StateRunning {
+	// A LiveCapturer makes the running sandbox's copy consistent itself
+	// (gvisor: its Pause would write the whole sandbox to disk).
+	if _, live := fc.(backend.LiveCapturer); st == StateRunning && !live {
 		p, ok := l.b.(backend.Pauser)
 		if !ok || !l.b.Capabilities().Pause {
 			return sb, fmt.Errorf("%w: backend %s cannot freeze a sandbox for a consistent copy", backend.ErrUnsupported, l.b.ID())
 		}
-		if err := p.Pause(ctx, l.h); err != nil {
+		// freeze stops the sandbox's tasks; the function it returns lets
+		// them run on (a pause that came meanwhile keeps it paused).
+		freeze := func(ctx context.Context) (func(), error) {
+			if err := p.Pause(ctx, l.h); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			return func() {
+				m.log.Info("sandbox frozen for a filesystem copy", "sandbox", id, "frozen", time.Since(start))
+				if cur, err := m.Get(context.WithoutCancel(ctx), id); err == nil && State(cur.State) == StatePaused {
+					return
+				}
+				if err := p.Resume(context.WithoutCancel(ctx), l.h); err != nil {
+					m.log.Error("thaw after a filesystem copy", "sandbox", id, "err", err)
+				}
+			}, nil
+		}
+		// A PreCapturer copies first while the sandbox runs, then, frozen,
+		// only what changed: a shorter freeze.
+		if pc, ok := fc.(backend.PreCapturer); ok {
+			if err := pc.PreCaptureFS(ctx, l.h, dir, freeze); err != nil {
+				return sb, err
+			}
+			return sb, nil
+		}
+		thaw, err := freeze(ctx)
+		if err != nil {
 			return sb, fmt.Errorf("freeze for the copy: %w", err)
 		}
-		defer func() {
-			// A pause that came while the copy ran keeps it paused.
-			if cur, err := m.Get(context.WithoutCancel(ctx), id); err == nil && State(cur.State) == StatePaused {
-				return
-			}
-			if err := p.Resume(context.WithoutCancel(ctx), l.h); err != nil {
-				m.log.Error("thaw after a filesystem copy", "sandbox", id, "err", err)
-			}
-		}()
+		defer thaw()
 	}
 	if err := fc.CaptureFS(ctx, l.h, dir); err != nil {
 		return sb, err

@@ -106,12 +106,20 @@ type Grant struct {
 	Placeholder string    `json:"placeholder"`
 	Created     time.Time `json:"created"`
 	Revoked     bool      `json:"revoked,omitempty"`
+	// Format is how the placeholder sits in the header: "" (as is) or
+	// FormatBasic (inside the base64 credentials of "Basic ...", as git
+	// and other HTTP Basic clients send a token; see format.go).
+	Format string `json:"format,omitempty"`
 	// Middleware, instead of a sandbox or a principal, lets the middleware
 	// of that name read the secret (secrets.NAME in its script, when its
 	// definition lists NAME); Hosts are then optional and bound the hosts
 	// its fetch may send the value to. Header, PathPrefix and EnvName do
 	// not apply.
 	Middleware string `json:"middleware,omitempty"`
+	// ManagedBy names what keeps a sandbox grant in step with a
+	// definition ("agent:NAME": a hosted agent's spec secrets,
+	// SyncSandboxGrants); "" for grants made through the API.
+	ManagedBy string `json:"managed_by,omitempty"`
 }
 
 // CoversHost reports whether one of g's hosts matches host (normalised
@@ -552,9 +560,12 @@ func normalizeGrant(g Grant) (Grant, error) {
 	if set != 1 {
 		return bad("set exactly one of sandbox, principal and middleware")
 	}
+	if g.Format != "" && g.Format != FormatBasic {
+		return bad("format %q: \"\" or %q", g.Format, FormatBasic)
+	}
 	if g.Middleware != "" {
-		if g.Header != "" || g.PathPrefix != "" || g.EnvName != "" {
-			return bad("header, path prefix and env name do not apply to a middleware grant")
+		if g.Header != "" || g.PathPrefix != "" || g.EnvName != "" || g.Format != "" {
+			return bad("header, path prefix, env name and format do not apply to a middleware grant")
 		}
 		if len(g.Hosts) > MaxHosts {
 			return bad("name at most %d hosts", MaxHosts)

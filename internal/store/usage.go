@@ -11,13 +11,13 @@ import (
 // implements it; it is not part of Store.
 type UsageStore interface {
 	// AddLLMUsage adds u's calls, tokens and cost to the row of its
-	// (principal, agent, day, provider, model), creating it.
+	// (principal, agent, day, provider, model, sandbox), creating it.
 	AddLLMUsage(ctx context.Context, u LLMUsage) error
 	// SumLLMUsage returns the tokens (in plus out) and cost in
 	// micro-dollars of the rows the filter matches.
 	SumLLMUsage(ctx context.Context, f LLMUsageFilter) (tokens, costMicros int64, err error)
 	// ListLLMUsage returns the rows the filter matches, ordered by day,
-	// principal, agent, provider, model.
+	// principal, agent, provider, model, sandbox.
 	ListLLMUsage(ctx context.Context, f LLMUsageFilter) ([]LLMUsage, error)
 
 	// GetUsageSetting returns a run-time setting's JSON value, or
@@ -36,17 +36,20 @@ type UsageStore interface {
 }
 
 // LLMUsage is the LLM use of one principal (and agent) of one model on
-// one UTC day.
+// one UTC day, from one sandbox or from none.
 type LLMUsage struct {
 	PrincipalID string `json:"principal"`
 	Agent       string `json:"agent"` // "" when the calls named none
 	Day         string `json:"day"`   // YYYY-MM-DD
 	Provider    string `json:"provider"`
 	Model       string `json:"model"`
-	Calls       int64  `json:"calls"`
-	TokensIn    int64  `json:"tokens_in"`
-	TokensOut   int64  `json:"tokens_out"`
-	CostMicros  int64  `json:"cost_micros"`
+	// SandboxID is the sandbox the calls came from (through the
+	// warden.internal route or the egress broker); "" for none.
+	SandboxID  string `json:"sandbox,omitempty"`
+	Calls      int64  `json:"calls"`
+	TokensIn   int64  `json:"tokens_in"`
+	TokensOut  int64  `json:"tokens_out"`
+	CostMicros int64  `json:"cost_micros"`
 }
 
 // LLMUsageFilter selects usage rows: empty fields match everything;
@@ -55,6 +58,7 @@ type LLMUsage struct {
 type LLMUsageFilter struct {
 	Principals []string
 	Agent      string
+	Sandbox    string // only this sandbox's calls
 	FromDay    string
 	ToDay      string
 }

@@ -21,6 +21,10 @@
 // volume's root with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
 // RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV): a symlink a sandbox planted in
 // the volume is never followed, on the host, out of it.
+//
+// Snapshots (snapshot.go) are point-in-time copies of a volume's image:
+// taken under FIFREEZE when it is mounted, restored by a copy renamed over
+// the image.
 package volume
 
 import (
@@ -402,6 +406,13 @@ func (m *Manager) Delete(ctx context.Context, v store.Volume) error {
 	if s.ops > 0 {
 		return fmt.Errorf("%w: %s: a copy or resize is in progress", ErrInUse, v.Name)
 	}
+	// Its snapshots go with it (the store cascades their records).
+	var snaps []store.VolumeSnapshot
+	if ss, err := m.snaps(); err == nil {
+		if snaps, err = ss.ListVolumeSnapshots(ctx, v.ID); err != nil {
+			return err
+		}
+	}
 	if err := m.st.DeleteVolume(ctx, v.ID); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("%w: %s is mounted by a sandbox", ErrInUse, v.Name)
@@ -417,6 +428,9 @@ func (m *Manager) Delete(ctx context.Context, v store.Volume) error {
 	}
 	if err := os.Remove(m.image(v.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove volume image: %w", err)
+	}
+	if err := m.removeSnapshotImages(snaps); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	delete(m.state, v.ID)
@@ -537,6 +551,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		s := m.vs(v.ID)
 		s.mu.Lock()
+		if m.mountedOnHost(v.ID) {
+			if err := thawIfFrozen(m.mountDir(v.ID)); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: %w", v.ID, err))
+			}
+		}
 		if len(atts) > 0 {
 			err = m.mount(v.ID)
 		} else {
@@ -546,6 +565,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: %w", v.ID, err))
 		}
+	}
+	if err := m.cleanSnapshots(ctx, vols); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

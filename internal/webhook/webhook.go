@@ -18,8 +18,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,34 +92,46 @@ type Config struct {
 	Backoff func(n int) time.Duration
 }
 
-// Dispatcher runs one deliverer per endpoint. Safe for concurrent use.
+// Dispatcher runs one deliverer per endpoint: those of the config file
+// from New on, and those started and stopped at run time (Start, Stop).
+// Safe for concurrent use.
 type Dispatcher struct {
 	cfg    Config
 	log    *slog.Logger
-	eps    []*endpoint
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	eps    map[string]*endpoint
+	closed bool
 }
+
+// Endpoint sources.
+const (
+	SourceConfig = "config" // the config file: read-only through the API
+	SourceAPI    = "api"    // made through the API, kept in the store
+)
 
 type endpoint struct {
 	config.WebhookEndpoint
-	wake chan struct{}
+	source string
+	wake   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
 
-	mu     sync.Mutex
-	status Status
+	mu    sync.Mutex
+	state store.WebhookCursor // the cursor and delivery state, as last written
 }
 
 // Status is an endpoint's delivery state.
 type Status struct {
-	Name      string    `json:"name"`
-	URL       string    `json:"url"`
-	Events    []string  `json:"events"`
-	Cursor    int64     `json:"cursor"`
-	Delivered int64     `json:"delivered"`
-	Failed    int64     `json:"failed"` // events given up on
-	LastError string    `json:"last_error,omitempty"`
-	LastAt    time.Time `json:"last_delivered_at,omitzero"`
+	Name    string   `json:"name"`
+	Source  string   `json:"source"`
+	URL     string   `json:"url"`
+	Events  []string `json:"events"`
+	Running bool     `json:"running"`
+	// State is the cursor with the delivery state.
+	State store.WebhookCursor `json:"-"`
 }
 
 // Check validates endpoint configuration (names, URLs, events).
@@ -142,7 +156,7 @@ func Check(eps []config.WebhookEndpoint, allowHTTP bool) error {
 			return fmt.Errorf("webhooks: endpoint %s: url %q is not an https URL (http needs allow_http)", e.Name, e.URL)
 		}
 		for _, p := range e.Events {
-			if _, err := path.Match(p, ""); err != nil {
+			if _, err := path.Match(p, ""); err != nil || p == "" {
 				return fmt.Errorf("webhooks: endpoint %s: bad event pattern %q", e.Name, p)
 			}
 		}
@@ -155,7 +169,8 @@ func Check(eps []config.WebhookEndpoint, allowHTTP bool) error {
 	return nil
 }
 
-// New checks cfg and starts the deliverers; Close stops them.
+// New checks cfg and starts the deliverers of cfg.Endpoints; Close stops
+// every deliverer.
 func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Audit == nil || cfg.Cursors == nil || cfg.Secrets == nil || cfg.Client == nil {
 		return nil, errors.New("webhooks: no audit log, cursor store, secrets or HTTP client")
@@ -175,23 +190,72 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Backoff == nil {
 		cfg.Backoff = func(n int) time.Duration { return min(time.Second<<min(n-1, 20), maxBackoff) }
 	}
-	d := &Dispatcher{cfg: cfg, log: cfg.Log}
+	d := &Dispatcher{cfg: cfg, log: cfg.Log, eps: map[string]*endpoint{}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, e := range cfg.Endpoints {
-		if e.MaxAttempts == 0 {
-			e.MaxAttempts = DefaultMaxAttempts
+		if err := d.Start(e, SourceConfig); err != nil {
+			d.Close()
+			return nil, err
 		}
-		ep := &endpoint{WebhookEndpoint: e, wake: make(chan struct{}, 1),
-			status: Status{Name: e.Name, URL: e.URL, Events: e.Events}}
-		d.eps = append(d.eps, ep)
-		d.wg.Add(1)
-		go d.run(ep)
 	}
 	return d, nil
 }
 
+// ErrRunning is Start's error for a name that has a deliverer already.
+var ErrRunning = errors.New("webhooks: the endpoint has a deliverer already")
+
+// Start starts the deliverer of one endpoint. A new endpoint's cursor is
+// set to the log's head before Start returns, so it gets every event
+// written after.
+func (d *Dispatcher) Start(e config.WebhookEndpoint, source string) error {
+	if err := Check([]config.WebhookEndpoint{e}, true); err != nil {
+		return err
+	}
+	if e.MaxAttempts == 0 {
+		e.MaxAttempts = DefaultMaxAttempts
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("webhooks: the dispatcher is closed")
+	}
+	if d.eps[e.Name] != nil {
+		return fmt.Errorf("%w: %s", ErrRunning, e.Name)
+	}
+	ctx, cancel := context.WithCancel(d.ctx)
+	ep := &endpoint{WebhookEndpoint: e, source: source, wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	ep.state.Endpoint = e.Name
+	ready := false
+	if c, err := d.cursor(ctx, ep); err == nil {
+		ep.state, ready = c, true
+	} else {
+		d.log.Error("webhook: read cursor", "endpoint", ep.Name, "err", err) // the deliverer tries again
+	}
+	d.eps[e.Name] = ep
+	go d.run(ctx, ep, ready)
+	return nil
+}
+
+// Stop stops an endpoint's deliverer and waits for it to end (a delivery
+// in flight is cut: it is made again when the endpoint starts again).
+// False: it had none.
+func (d *Dispatcher) Stop(name string) bool {
+	d.mu.Lock()
+	ep := d.eps[name]
+	delete(d.eps, name)
+	d.mu.Unlock()
+	if ep == nil {
+		return false
+	}
+	ep.cancel()
+	<-ep.done
+	return true
+}
+
 // Notify wakes the deliverers (new audit events were written).
 func (d *Dispatcher) Notify() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, ep := range d.eps {
 		select {
 		case ep.wake <- struct{}{}:
@@ -200,36 +264,74 @@ func (d *Dispatcher) Notify() {
 	}
 }
 
-// Close stops the deliverers; a delivery in flight is cut and made again
-// after the next start.
+// Close stops every deliverer; a delivery in flight is cut and made
+// again after the next start.
 func (d *Dispatcher) Close() {
+	d.mu.Lock()
+	d.closed = true
+	eps := make([]*endpoint, 0, len(d.eps))
+	for _, ep := range d.eps {
+		eps = append(eps, ep) // kept: Status still reports them
+	}
+	d.mu.Unlock()
 	d.cancel()
-	d.wg.Wait()
+	for _, ep := range eps {
+		<-ep.done
+	}
 }
 
-// Status returns each endpoint's delivery state.
+// Status returns each running endpoint's delivery state, by name.
 func (d *Dispatcher) Status() []Status {
-	out := make([]Status, 0, len(d.eps))
+	d.mu.Lock()
+	eps := make([]*endpoint, 0, len(d.eps))
 	for _, ep := range d.eps {
-		ep.mu.Lock()
-		out = append(out, ep.status)
-		ep.mu.Unlock()
+		eps = append(eps, ep)
+	}
+	d.mu.Unlock()
+	slices.SortFunc(eps, func(a, b *endpoint) int { return strings.Compare(a.Name, b.Name) })
+	out := make([]Status, 0, len(eps))
+	for _, ep := range eps {
+		out = append(out, ep.status())
 	}
 	return out
 }
 
-func (d *Dispatcher) run(ep *endpoint) {
-	defer d.wg.Done()
-	ctx := d.ctx
-	cur, err := d.cursor(ctx, ep)
-	for err != nil {
-		d.log.Error("webhook: read cursor", "endpoint", ep.Name, "err", err)
+// StatusOf returns a running endpoint's delivery state (false: none runs
+// under the name).
+func (d *Dispatcher) StatusOf(name string) (Status, bool) {
+	d.mu.Lock()
+	ep := d.eps[name]
+	d.mu.Unlock()
+	if ep == nil {
+		return Status{}, false
+	}
+	return ep.status(), true
+}
+
+func (ep *endpoint) status() Status {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return Status{Name: ep.Name, Source: ep.source, URL: ep.URL, Events: ep.Events, Running: true, State: ep.state}
+}
+
+func (d *Dispatcher) run(ctx context.Context, ep *endpoint, ready bool) {
+	defer close(ep.done)
+	for !ready {
 		if !d.sleep(ctx, ep, d.cfg.Poll*10) {
 			return
 		}
-		cur, err = d.cursor(ctx, ep)
+		c, err := d.cursor(ctx, ep)
+		if err != nil {
+			d.log.Error("webhook: read cursor", "endpoint", ep.Name, "err", err)
+			continue
+		}
+		ep.mu.Lock()
+		ep.state, ready = c, true
+		ep.mu.Unlock()
 	}
-	ep.setCursor(cur)
+	ep.mu.Lock()
+	cur := ep.state.Seq
+	ep.mu.Unlock()
 	for {
 		evs, err := d.cfg.Audit.ListAudit(ctx, store.AuditFilter{After: cur, Limit: pageSize})
 		if err != nil {
@@ -244,15 +346,13 @@ func (d *Dispatcher) run(ep *endpoint) {
 				if !d.deliver(ctx, ep, t, ev) {
 					return // stopping: the event is delivered after the restart
 				}
-				cur = ev.Seq
-				d.saveCursor(ep, cur)
-				moved = false
+				cur, moved = ev.Seq, false // deliver saved the cursor
 				continue
 			}
 			cur, moved = ev.Seq, true
 		}
 		if moved {
-			d.saveCursor(ep, cur)
+			d.update(ep, func(c *store.WebhookCursor) { c.Seq = cur })
 		}
 		if len(evs) == pageSize {
 			continue
@@ -263,38 +363,40 @@ func (d *Dispatcher) run(ep *endpoint) {
 	}
 }
 
-func (d *Dispatcher) cursor(ctx context.Context, ep *endpoint) (int64, error) {
+// cursor reads the endpoint's cursor, or sets a new one at the log's head.
+func (d *Dispatcher) cursor(ctx context.Context, ep *endpoint) (store.WebhookCursor, error) {
 	c, err := d.cfg.Cursors.WebhookCursor(ctx, ep.Name)
 	if err == nil {
-		return c.Seq, nil
+		return c, nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
-		return 0, err
+		return c, err
 	}
 	var head int64
 	if d.cfg.Head != nil {
 		head = d.cfg.Head()
 	}
-	if err := d.cfg.Cursors.SetWebhookCursor(ctx, store.WebhookCursor{Endpoint: ep.Name, Seq: head, UpdatedAt: d.cfg.Now()}); err != nil {
-		return 0, err
+	c = store.WebhookCursor{Endpoint: ep.Name, Seq: head, UpdatedAt: d.cfg.Now()}
+	if err := d.cfg.Cursors.SetWebhookCursor(ctx, c); err != nil {
+		return c, err
 	}
-	return head, nil
+	return c, nil
 }
 
-func (d *Dispatcher) saveCursor(ep *endpoint, seq int64) {
-	ep.setCursor(seq)
+// update changes the endpoint's state and writes it (cursor and delivery
+// state in one row).
+func (d *Dispatcher) update(ep *endpoint, fn func(*store.WebhookCursor)) {
+	ep.mu.Lock()
+	fn(&ep.state)
+	ep.state.UpdatedAt = d.cfg.Now()
+	c := ep.state
+	ep.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 10*time.Second)
 	defer cancel()
-	if err := d.cfg.Cursors.SetWebhookCursor(ctx, store.WebhookCursor{Endpoint: ep.Name, Seq: seq, UpdatedAt: d.cfg.Now()}); err != nil {
+	if err := d.cfg.Cursors.SetWebhookCursor(ctx, c); err != nil {
 		// The event may be delivered again after a restart: at least once.
-		d.log.Error("webhook: save cursor", "endpoint", ep.Name, "seq", seq, "err", err)
+		d.log.Error("webhook: save cursor", "endpoint", ep.Name, "seq", c.Seq, "err", err)
 	}
-}
-
-func (ep *endpoint) setCursor(seq int64) {
-	ep.mu.Lock()
-	ep.status.Cursor = seq
-	ep.mu.Unlock()
 }
 
 // sleep waits for a wake-up, the poll interval or the stop; false: stop.
@@ -366,39 +468,39 @@ type EventData struct {
 // same on every try, so a receiver can drop repeats.
 func MessageID(seq int64) string { return "msg_audit_" + strconv.FormatInt(seq, 10) }
 
-// deliver makes the delivery, retrying with backoff until it succeeds, is
-// given up on (false only when stopping).
+// deliver makes the delivery, retrying with backoff until it succeeds or
+// is given up on, and moves the cursor past the event (false only when
+// stopping: the cursor stays).
 func (d *Dispatcher) deliver(ctx context.Context, ep *endpoint, typ string, ev store.AuditEvent) bool {
 	body, err := json.Marshal(Payload{Type: typ, Timestamp: ev.Time.UTC(), Data: EventData{Seq: ev.Seq, Time: ev.Time.UTC(),
 		RequestID: ev.RequestID, PrincipalID: ev.PrincipalID, Action: ev.Action, Target: ev.Target, Outcome: ev.Outcome,
 		Detail: ev.Detail, Hash: ev.Hash}})
 	if err != nil {
-		d.giveUp(ep, ev, "cannot encode the event: "+err.Error())
+		d.giveUp(ep, ev, "cannot encode the event: "+err.Error(), 0)
 		return true
 	}
 	id := MessageID(ev.Seq)
-	var last string
 	for n := 1; ; n++ {
-		permanent, err := d.try(ctx, ep, id, body)
+		code, permanent, err := d.try(ctx, ep, id, body)
 		if err == nil {
-			ep.mu.Lock()
-			ep.status.Delivered++
-			ep.status.LastAt = d.cfg.Now().UTC()
-			ep.status.LastError = ""
-			ep.mu.Unlock()
+			d.update(ep, func(c *store.WebhookCursor) {
+				now := d.cfg.Now().UTC()
+				c.Seq, c.Delivered, c.Attempts = ev.Seq, c.Delivered+1, 0
+				c.LastAttemptAt, c.LastDeliveredAt, c.LastStatus, c.LastError = now, now, code, ""
+			})
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
-		last = err.Error()
-		ep.mu.Lock()
-		ep.status.LastError = last
-		ep.mu.Unlock()
+		last := err.Error()
 		if permanent || n >= ep.MaxAttempts {
-			d.giveUp(ep, ev, last)
+			d.giveUp(ep, ev, last, code)
 			return true
 		}
+		d.update(ep, func(c *store.WebhookCursor) {
+			c.Attempts, c.LastAttemptAt, c.LastStatus, c.LastError = n, d.cfg.Now().UTC(), code, last
+		})
 		d.log.Warn("webhook: delivery failed; retrying", "endpoint", ep.Name, "seq", ev.Seq, "attempt", n, "err", last)
 		t := time.NewTimer(d.cfg.Backoff(n))
 		select {
@@ -410,53 +512,95 @@ func (d *Dispatcher) deliver(ctx context.Context, ep *endpoint, typ string, ev s
 	}
 }
 
-func (d *Dispatcher) giveUp(ep *endpoint, ev store.AuditEvent, why string) {
-	ep.mu.Lock()
-	ep.status.Failed++
-	ep.mu.Unlock()
+func (d *Dispatcher) giveUp(ep *endpoint, ev store.AuditEvent, why string, code int) {
+	d.update(ep, func(c *store.WebhookCursor) {
+		c.Seq, c.GivenUp, c.Attempts = ev.Seq, c.GivenUp+1, 0
+		c.LastAttemptAt, c.LastStatus, c.LastError = d.cfg.Now().UTC(), code, why
+	})
 	d.log.Error("webhook: delivery given up", "endpoint", ep.Name, "seq", ev.Seq, "action", ev.Action, "err", why)
 }
 
-// try makes one delivery attempt; permanent reports a refusal that a
-// retry cannot fix (a destination the dialer refuses, a missing key).
-func (d *Dispatcher) try(ctx context.Context, ep *endpoint, id string, body []byte) (permanent bool, err error) {
-	key, err := d.key(ep)
+// try makes one delivery attempt: the receiver's status (0 when none
+// answered); permanent reports a refusal that a retry cannot fix (a
+// destination the dialer refuses).
+func (d *Dispatcher) try(ctx context.Context, ep *endpoint, id string, body []byte) (code int, permanent bool, err error) {
+	key, err := d.key(ep.Secret)
 	if err != nil {
-		return false, err // the secret may be put later
+		return 0, false, err // the secret may be put later
 	}
-	ts := strconv.FormatInt(d.cfg.Now().Unix(), 10)
+	return post(ctx, d.cfg.Client, ep.URL, key, id, strconv.FormatInt(d.cfg.Now().Unix(), 10), body)
+}
+
+// post makes one signed POST.
+func post(ctx context.Context, client *http.Client, u string, key []byte, id, ts string, body []byte) (code int, permanent bool, err error) {
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, ep.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return true, fmt.Errorf("bad url: %w", err)
+		return 0, true, fmt.Errorf("bad url: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "warden-webhooks/1")
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, ts)
 	req.Header.Set(HeaderSignature, "v1,"+Sign(key, id, ts, body))
-	resp, err := d.cfg.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var denied *safedial.DeniedError
 		if errors.As(err, &denied) {
-			return true, fmt.Errorf("destination refused: %w", denied)
+			return 0, true, fmt.Errorf("destination refused: %w", denied)
 		}
-		return false, fmt.Errorf("post: %w", err)
+		return 0, false, fmt.Errorf("post: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return false, fmt.Errorf("the receiver answered %d", resp.StatusCode)
+		return resp.StatusCode, false, fmt.Errorf("the receiver answered %d", resp.StatusCode)
 	}
-	return false, nil
+	return resp.StatusCode, false, nil
 }
 
-// key reads the endpoint's signing key.
-func (d *Dispatcher) key(ep *endpoint) ([]byte, error) {
-	v, _, err := d.cfg.Secrets.Current(ep.Secret)
+// TypeTest is the type of the ping Test sends.
+const TypeTest = "webhook.test"
+
+// TestResult is what a test ping got.
+type TestResult struct {
+	MessageID  string `json:"message_id"`
+	OK         bool   `json:"ok"`                    // the receiver answered 2xx
+	StatusCode int    `json:"status_code,omitempty"` // the receiver's answer; 0: none
+	Error      string `json:"error,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// Test sends one signed webhook.test ping to e's URL now, whether or not
+// it has a deliverer, and reports the receiver's answer. It touches no
+// cursor and is not retried.
+func (d *Dispatcher) Test(ctx context.Context, e config.WebhookEndpoint, by string) TestResult {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	res := TestResult{MessageID: "msg_test_" + hex.EncodeToString(rnd[:])}
+	now := d.cfg.Now()
+	body, _ := json.Marshal(map[string]any{"type": TypeTest, "timestamp": now.UTC(),
+		"data": map[string]any{"endpoint": e.Name, "principal_id": by}})
+	key, err := d.key(e.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("read the signing key (secret %s): %w", ep.Secret, err)
+		res.Error = err.Error()
+		return res
+	}
+	code, _, err := post(ctx, d.cfg.Client, e.URL, key, res.MessageID, strconv.FormatInt(now.Unix(), 10), body)
+	res.DurationMS = d.cfg.Now().Sub(now).Milliseconds()
+	res.StatusCode, res.OK = code, err == nil
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res
+}
+
+// key reads an endpoint's signing key.
+func (d *Dispatcher) key(secret string) ([]byte, error) {
+	v, _, err := d.cfg.Secrets.Current(secret)
+	if err != nil {
+		return nil, fmt.Errorf("read the signing key (secret %s): %w", secret, err)
 	}
 	return ParseKey(v)
 }

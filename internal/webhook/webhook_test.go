@@ -181,7 +181,7 @@ func TestDeliverSignedChosenEvents(t *testing.T) {
 		t.Fatalf("ids %v, bad signatures %d", rcv.ids, rcv.bad)
 	}
 	rcv.mu.Unlock()
-	if s := d.Status(); s[0].Delivered != 3 || s[0].Failed != 0 {
+	if s := d.Status(); s[0].State.Delivered != 3 || s[0].State.GivenUp != 0 {
 		t.Fatalf("status %+v", s)
 	}
 }
@@ -232,8 +232,8 @@ func TestLoopbackRefused(t *testing.T) {
 	defer d.Close()
 	waitFor(t, "the cursor", func() bool { _, err := cur.WebhookCursor(context.Background(), "soc"); return err == nil })
 	a.add("sandbox.kill", "success", `{}`)
-	waitFor(t, "the refusal", func() bool { return d.Status()[0].Failed == 1 })
-	if s := d.Status()[0]; !strings.Contains(s.LastError, "refused") {
+	waitFor(t, "the refusal", func() bool { return d.Status()[0].State.GivenUp == 1 })
+	if s := d.Status()[0]; !strings.Contains(s.State.LastError, "refused") {
 		t.Fatalf("status %+v", s)
 	}
 	rcv.mu.Lock()

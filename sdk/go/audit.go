@@ -63,3 +63,15 @@ func (c *Client) VerifyAudit(ctx context.Context) (VerifyReport, error) {
 	}
 	return r, nil
 }
+
+// AuditAnchor returns where the retained audit log starts: the anchor audit
+// retention left for the events it deleted (Size 0 when none were). Check
+// it with auditcheck.ParseAnchor and your copy of the checkpoints' public
+// key; the daemon's word alone proves nothing.
+func (c *Client) AuditAnchor(ctx context.Context) (AuditAnchor, error) {
+	var a AuditAnchor
+	if err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/audit/anchor", idempotent: true}, &a); err != nil {
+		return AuditAnchor{}, fmt.Errorf("get audit anchor: %w", err)
+	}
+	return a, nil
+}

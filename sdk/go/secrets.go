@@ -43,6 +43,12 @@ type Grant struct {
 	// optional and bound where its fetch may send the value; Header, PathPrefix and
 	// EnvName do not apply.
 	Middleware string `json:"middleware,omitempty"`
+	// ManagedBy is "agent:NAME" for a grant a hosted agent's spec secrets keep on its
+	// run's sandbox (made and revoked by Warden, not through this API).
+	ManagedBy string `json:"managed_by,omitempty"`
+	// Format is how the placeholder sits in Header: "" (as is) or "basic", inside the
+	// base64 credentials of "Basic ..." (git and other HTTP Basic clients).
+	Format string `json:"format,omitempty"`
 }
 
 // PutSecret stores a secret, or rotates it (a new version) when one by that name exists.

@@ -519,6 +519,30 @@ type VerifyReport struct {
 	OK       bool            `json:"ok"`
 	Checked  int64           `json:"checked"`
 	Problems []VerifyProblem `json:"problems"`
+	// Pruned is how many of the oldest events audit retention deleted
+	// (events 1 to Pruned); the check starts after them.
+	Pruned int64 `json:"pruned,omitempty"`
+}
+
+// AuditAnchor is where the retained audit log starts (see
+// [Client.AuditAnchor]); Size is 0 when no event was ever deleted.
+type AuditAnchor struct {
+	// Size events (1 to Size) were deleted by retention.
+	Size int64 `json:"size"`
+	// Hash is event Size's hash, the first retained event's PrevHash.
+	Hash string `json:"hash,omitempty"`
+	// Checkpoint is the signed checkpoint of exactly Size events.
+	Checkpoint *AuditAnchorCheckpoint `json:"checkpoint,omitempty"`
+	// Nodes are Merkle subtree hashes of the deleted events' tree,
+	// "level/index" to base64 (auditcheck.ParseAnchor reads them).
+	Nodes    map[string]string `json:"nodes"`
+	PrunedAt time.Time         `json:"pruned_at,omitzero"`
+}
+
+// AuditAnchorCheckpoint is a signed checkpoint: its number and note.
+type AuditAnchorCheckpoint struct {
+	N    int64  `json:"n"`
+	Note string `json:"note"`
 }
 
 // Health is the daemon's health report.

@@ -51,7 +51,8 @@ type UsageQuery struct {
 	Since, Until string
 	Principal    string
 	Agent        string
-	// Sandbox limits the report to one sandbox's resources.
+	// Sandbox limits the report to one sandbox's use: its resources and
+	// the LLM calls made from it.
 	Sandbox string
 }
 
@@ -75,6 +76,10 @@ type UsageRow struct {
 	PausedSeconds    float64 `json:"paused_seconds"`
 	// DiskBytes sums the most disk each sandbox held in the range.
 	DiskBytes int64 `json:"disk_bytes"`
+	// Volumes and VolumeBytes are the principal's persistent volumes and the bytes their
+	// filesystems use now, not over the range (group_by principal only; 0 otherwise).
+	Volumes     int64 `json:"volumes"`
+	VolumeBytes int64 `json:"volume_bytes"`
 }
 
 // UsageReport is usage and cost by group: LLM figures over a range of UTC

@@ -37,6 +37,7 @@ func TestAgents(t *testing.T) {
 	t.Run("Concurrency", func(t *testing.T) { testAgentConcurrency(t, c) })
 	t.Run("Scopes", func(t *testing.T) { testAgentScopes(t, c) })
 	t.Run("Slack", func(t *testing.T) { testAgentSlack(t, d, c) })
+	t.Run("Enforced", func(t *testing.T) { testAgentEnforced(t, d, c) })
 	// Last: it restarts the daemon.
 	t.Run("CrashRecovery", func(t *testing.T) { testAgentCrash(t, d, state, run) })
 }

@@ -20,7 +20,9 @@ import (
 // disk and releases its memory on the host; a daemon restart between pause
 // and resume loses nothing (a Python counter counts on in the same process,
 // files kept, same id); fork makes independent sandboxes with that state and
-// their own random numbers; nothing is left on the host afterwards.
+// their own random numbers; a filesystem snapshot of the running sandbox
+// leaves it running and boots a native sandbox on its files; nothing is left
+// on the host afterwards.
 func TestGVisor(t *testing.T) {
 	if _, err := os.Stat("/usr/local/bin/runsc"); err != nil {
 		t.Fatalf("runsc is not installed (scripts/install-deps.sh builds it): %v", err)
@@ -154,8 +156,23 @@ func TestGVisor(t *testing.T) {
 	if got := sh(sb.ID, "cat /home/user/state"); got != "kept\n" {
 		t.Fatalf("the source sees %q after its forks wrote", got)
 	}
+	// A filesystem snapshot of the running source: no pause (a checkpoint)
+	// for it, the source counts on in the same process; a native sandbox
+	// boots on its files.
+	sh(sb.ID, "sudo sh -c 'rm /etc/warden-base-packages; rm -rf /etc/alternatives; mkdir /etc/alternatives; echo new > /etc/alternatives/only'")
+	if _, err := c.CreateSnapshot(ctx, sb.ID, "gsnap"); err != nil {
+		t.Fatalf("snapshot of a gvisor sandbox: %v\n%s", err, d.log)
+	}
+	if p, m := readCounter(sb.ID); p != pid0 || m <= n1 {
+		t.Fatalf("source after its snapshot: counter pid %d count %d; want process %d counting on from %d", p, m, pid0, n1)
+	}
 	// Native sandboxes cannot fork: a clear 409.
-	nat := create(t, c, warden.CreateSandboxRequest{})
+	nat := create(t, c, warden.CreateSandboxRequest{Snapshot: "gsnap"})
+	// A removed template file stays removed (a whiteout), a directory made
+	// again holds only its new files (opaque), /tmp is not captured.
+	if got := sh(nat.ID, "cat /home/user/state; ls /etc/alternatives; test -e /etc/warden-base-packages || echo removed; test -e /tmp/c || echo no-tmp"); got != "kept\nonly\nremoved\nno-tmp\n" {
+		t.Fatalf("native sandbox from the gvisor snapshot: %q", got)
+	}
 	if _, err := c.ForkSandbox(ctx, nat.ID, warden.ForkRequest{}); !warden.IsConflict(err) {
 		t.Fatalf("fork of a native sandbox: %v, want 409", err)
 	}

@@ -141,6 +141,9 @@ func benchDaemon(b *testing.B) (url, adminKey string, pid int) {
 		"--socket-group", "", "--e2b-listen", "", "--config", conf)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if v := os.Getenv("WARDEN_SNAPSHOT_PRECOPY"); v != "" { // BenchmarkSnapshot's before and after
+		cmd.Env = append(cmd.Env, "WARDEN_SNAPSHOT_PRECOPY="+v)
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

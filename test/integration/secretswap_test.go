@@ -142,6 +142,9 @@ func testSecretSwap(t *testing.T, up *fakeUpstream, iso string) {
 	if uses != 1 {
 		t.Errorf("%d secret.use events for the grant, want 1 (one substituted request)", uses)
 	}
+	if iso == "native" {
+		t.Run("AgentRun", func(t *testing.T) { testAgentSecretSwap(t, d, c, up) })
+	}
 }
 
 // fakeUpstream is an HTTPS server for api.example.test and
@@ -151,6 +154,9 @@ type fakeUpstream struct {
 	caFile string
 	mu     sync.Mutex
 	auth   map[string]string // host -> the Authorization header it last got
+	// routes serve these paths instead of the echo (a fake model API:
+	// llm_sandbox_usage_test.go).
+	routes map[string]http.Handler
 }
 
 func (u *fakeUpstream) last(host string) string {
@@ -229,7 +235,12 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 		a := r.Header.Get("Authorization")
 		u.mu.Lock()
 		u.auth[r.TLS.ServerName] = a
+		route := u.routes[r.URL.Path]
 		u.mu.Unlock()
+		if route != nil {
+			route.ServeHTTP(w, r)
+			return
+		}
 		// The credential also goes back in a header name and a trailer
 		// name, which servers canonicalize ("X-Leak-Sk-Live-..."): the
 		// broker scrubs names in any case.

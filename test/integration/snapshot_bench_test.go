@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,7 +68,8 @@ find . -type f | wc -l; du -sm . | cut -f1`, max(mb/64, 1))
 		b.Fatalf("the sandbox's upper directory: %v", err)
 	}
 	tmp := filepath.Join(state, "templates", "tmp")
-	var snapT, createT, cpT time.Duration
+	var snapT, createT, cpT, frozenT time.Duration
+	freezer := freezerState(b, src.ID)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		dst := filepath.Join(tmp, fmt.Sprintf("bench-cp-%d", i))
@@ -79,7 +81,9 @@ find . -type f | wc -l; du -sm . | cut -f1`, max(mb/64, 1))
 		os.RemoveAll(dst)
 
 		t0 = time.Now()
+		stopPoll := pollFrozen(freezer)
 		sn, err := c.CreateSnapshot(ctx, src.ID, fmt.Sprintf("bench-%d", i))
+		frozenT += stopPoll()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,6 +108,7 @@ find . -type f | wc -l; du -sm . | cut -f1`, max(mb/64, 1))
 	}
 	n := float64(b.N)
 	b.ReportMetric(snapT.Seconds()/n, "snapshot-s")
+	b.ReportMetric(frozenT.Seconds()/n, "frozen-s")
 	b.ReportMetric(createT.Seconds()/n, "create-from-s")
 	b.ReportMetric(cpT.Seconds()/n, "cp-a-s")
 	b.ReportMetric(snapT.Seconds()/cpT.Seconds(), "snapshot/cp-a")
@@ -138,4 +143,58 @@ func benchSh(b *testing.B, c *warden.Client, id, line string) (string, int) {
 		b.Fatalf("exec in %s: %v", id, err)
 	}
 	return out.String(), res.ExitCode
+}
+
+// freezerState finds the freezer.state file of sandbox id's cgroup (cgroup
+// v1's freezer hierarchy, else cgroup.freeze's v2 cgroup.events).
+func freezerState(b *testing.B, id string) string {
+	var found string
+	for _, root := range []string{"/sys/fs/cgroup/freezer", "/sys/fs/cgroup"} {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || found != "" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() && strings.Contains(d.Name(), id) {
+				for _, f := range []string{"freezer.state", "cgroup.events"} {
+					if _, err := os.Stat(filepath.Join(p, f)); err == nil {
+						found = filepath.Join(p, f)
+						return filepath.SkipAll
+					}
+				}
+			}
+			return nil
+		})
+		if found != "" {
+			return found
+		}
+	}
+	b.Fatalf("no freezer state file for sandbox %s", id)
+	return ""
+}
+
+// pollFrozen samples a freezer state file every millisecond until the
+// function it returns is called, which returns how long it read frozen.
+func pollFrozen(file string) func() time.Duration {
+	stop := make(chan struct{})
+	res := make(chan time.Duration, 1)
+	go func() {
+		var frozen time.Duration
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				res <- frozen
+				return
+			case <-time.After(time.Millisecond):
+			}
+			b, _ := os.ReadFile(file)
+			now := time.Now()
+			s := string(b)
+			if strings.Contains(s, "FROZEN") || strings.Contains(s, "FREEZING") || strings.Contains(s, "frozen 1") {
+				frozen += now.Sub(last)
+			}
+			last = now
+		}
+	}()
+	return func() time.Duration { close(stop); return <-res }
 }

@@ -516,6 +516,9 @@ func (b *Backend) restore(ctx context.Context, bx *box, dir string) (err error) 
 		r.run(rctx, "delete", "--force", bx.id)
 	}
 
+	if err := b.checkVolumes(bx); err != nil {
+		return fmt.Errorf("restore %s: %w", bx.id, err)
+	}
 	// A file-backed writable layer is restored into a new filestore, which
 	// runsc creates in st.upper(): a fresh disk image for it.
 	if err := b.mountUpper(bx.id, *st); err != nil {
@@ -683,6 +686,11 @@ func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.Snaps
 	defer bx.mu.Unlock()
 	if !bx.running() || bx.paused.Load() {
 		return backend.SnapshotRef{}, fmt.Errorf("%s: %w", bx.id, backend.ErrNotRunning)
+	}
+	if spec, err := b.specOf(bx); err != nil {
+		return backend.SnapshotRef{}, err
+	} else if len(spec.Volumes) > 0 {
+		return backend.SnapshotRef{}, fmt.Errorf("%w: sandbox %s has volumes, which its forks cannot share", backend.ErrUnsupported, bx.id)
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])

@@ -112,7 +112,8 @@
 // Capabilities.CaptureUpper is false. Spec.RootCaps is honoured (root keeps
 // those capabilities inside gVisor's kernel). Pause, resume and fork with
 // memory are in checkpoint.go; the filesystem-only pause (backend.Restarter)
-// is in coldrestart.go.
+// is in coldrestart.go; volumes (Spec.Volumes) in volumes.go; filesystem
+// snapshots of a running sandbox (backend.FSCapturer) in capture.go.
 //
 // # Network
 //
@@ -377,6 +378,12 @@ type box struct {
 	cgMu sync.Mutex
 	cg   *cgroup.Group
 
+	// A filesystem capture raises the host cgroup's memory limit while it
+	// runs; lowerMemory puts it back (capturemem.go).
+	memMu     sync.Mutex
+	capturing bool
+	lowering  atomic.Bool
+
 	exitOnce sync.Once
 	done     chan struct{} // closed when the sentry has exited
 	exit     backend.ExitStatus
@@ -583,7 +590,7 @@ func (b *Backend) ID() string { return ID }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, Events: true, Network: backend.NetworkBeforeStart, NeedsRoot: true, ColdRestart: true}
+	return backend.Capabilities{Isolation: "gvisor", Pause: true, MemorySnapshot: true, Fork: true, Events: true, Network: backend.NetworkBeforeStart, NeedsRoot: true, ColdRestart: true, Volumes: true}
 }
 
 // Paths of a sandbox's run directory.
@@ -672,8 +679,8 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 	if len(spec.Uppers) > 0 {
 		return h, fmt.Errorf("%w: the gvisor backend cannot capture writable layers (Spec.Uppers)", backend.ErrInvalidSpec)
 	}
-	if len(spec.Volumes) > 0 {
-		return h, fmt.Errorf("%w: the gvisor backend cannot mount volumes yet (Capabilities.Volumes is false)", backend.ErrUnsupported)
+	if err := checkVolumeTargets(spec.Volumes); err != nil {
+		return h, err
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	for _, l := range spec.Layers {
@@ -714,6 +721,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (h backend.Hand
 	}
 	targets, byTarget := layerTargets(spec.Layers)
 	if err := buildScaffold(st.scaffold(), b.agent, byTarget["/"], targets, len(targets)-1); err != nil {
+		return h, fmt.Errorf("sandbox scaffold: %w", err)
+	}
+	if err := volumePoints(st.scaffold(), len(spec.Volumes)); err != nil {
 		return h, fmt.Errorf("sandbox scaffold: %w", err)
 	}
 	if err := composeRoot(st.rootfs(), st.scaffold(), byTarget["/"]); err != nil {
@@ -795,6 +805,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 	for _, lw := range lowers {
 		icfg.Mounts = append(icfg.Mounts, gwire.Mount{Target: lw.target, Lower: lw.inside})
 	}
+	icfg.Volumes = volumeConfig(spec.Volumes)
 	if err := gwire.WriteConfig(filepath.Join(st.scaffold(), strings.TrimPrefix(gwire.ConfigPath, "/")), icfg); err != nil {
 		return err
 	}
@@ -828,6 +839,7 @@ func (b *Backend) writeBundle(bx *box, lowers []lower) error {
 		oci.Mounts = append(oci.Mounts, specs.Mount{Destination: lw.inside, Type: "bind", Source: lw.source,
 			Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
+	oci.Mounts = append(oci.Mounts, volumeMounts(spec.Volumes)...)
 	if st.Network {
 		oci.Linux.Namespaces[1].Path = st.netns()
 	}
@@ -938,6 +950,9 @@ func (b *Backend) Start(ctx context.Context, h backend.Handle) (backend.Handle, 
 
 // start boots bx; the caller holds bx.mu.
 func (b *Backend) start(ctx context.Context, bx *box) (err error) {
+	if err := b.checkVolumes(bx); err != nil {
+		return fmt.Errorf("start sandbox %s: %w", bx.id, err)
+	}
 	bx.started = true
 	st := &bx.state
 	r := b.runscFor(*st, bx.spec.Limits.DiskBytes)
@@ -1495,6 +1510,7 @@ func (b *Backend) Recover(ctx context.Context, h backend.Handle) error {
 		}
 	}
 	go b.watchMemory(bx, bx.exited)
+	go b.lowerMemory(bx) // a capture's raised limit, if the daemon stopped before it was lowered
 	return nil
 }
 

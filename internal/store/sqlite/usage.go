@@ -19,12 +19,12 @@ func (s *Store) AddLLMUsage(ctx context.Context, u store.LLMUsage) error {
 		return fmt.Errorf("add llm usage: principal, day and model are required: %w", store.ErrInvalid)
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO llm_usage (principal_id, agent, day, provider, model, calls, tokens_in, tokens_out, cost_micros)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (principal_id, agent, day, provider, model) DO UPDATE SET
+		_, err := tx.ExecContext(ctx, `INSERT INTO llm_usage (principal_id, agent, day, provider, model, sandbox_id, calls, tokens_in, tokens_out, cost_micros)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (principal_id, agent, day, provider, model, sandbox_id) DO UPDATE SET
 				calls = calls + excluded.calls, tokens_in = tokens_in + excluded.tokens_in,
 				tokens_out = tokens_out + excluded.tokens_out, cost_micros = cost_micros + excluded.cost_micros`,
-			u.PrincipalID, u.Agent, u.Day, u.Provider, u.Model, u.Calls, u.TokensIn, u.TokensOut, u.CostMicros)
+			u.PrincipalID, u.Agent, u.Day, u.Provider, u.Model, u.SandboxID, u.Calls, u.TokensIn, u.TokensOut, u.CostMicros)
 		return err
 	})
 	if err != nil {
@@ -45,6 +45,10 @@ func llmUsageWhere(f store.LLMUsageFilter) (string, []any) {
 	if f.Agent != "" {
 		conds = append(conds, "agent = ?")
 		args = append(args, f.Agent)
+	}
+	if f.Sandbox != "" {
+		conds = append(conds, "sandbox_id = ?")
+		args = append(args, f.Sandbox)
 	}
 	if f.FromDay != "" {
 		conds = append(conds, "day >= ?")
@@ -74,8 +78,8 @@ func (s *Store) SumLLMUsage(ctx context.Context, f store.LLMUsageFilter) (int64,
 // ListLLMUsage implements store.UsageStore.
 func (s *Store) ListLLMUsage(ctx context.Context, f store.LLMUsageFilter) ([]store.LLMUsage, error) {
 	where, args := llmUsageWhere(f)
-	rows, err := s.reader.QueryContext(ctx, `SELECT principal_id, agent, day, provider, model, calls, tokens_in, tokens_out, cost_micros
-		FROM llm_usage`+where+` ORDER BY day, principal_id, agent, provider, model`, args...)
+	rows, err := s.reader.QueryContext(ctx, `SELECT principal_id, agent, day, provider, model, sandbox_id, calls, tokens_in, tokens_out, cost_micros
+		FROM llm_usage`+where+` ORDER BY day, principal_id, agent, provider, model, sandbox_id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list llm usage: %w", err)
 	}
@@ -83,7 +87,7 @@ func (s *Store) ListLLMUsage(ctx context.Context, f store.LLMUsageFilter) ([]sto
 	var out []store.LLMUsage
 	for rows.Next() {
 		var u store.LLMUsage
-		if err := rows.Scan(&u.PrincipalID, &u.Agent, &u.Day, &u.Provider, &u.Model, &u.Calls, &u.TokensIn, &u.TokensOut, &u.CostMicros); err != nil {
+		if err := rows.Scan(&u.PrincipalID, &u.Agent, &u.Day, &u.Provider, &u.Model, &u.SandboxID, &u.Calls, &u.TokensIn, &u.TokensOut, &u.CostMicros); err != nil {
 			return nil, fmt.Errorf("list llm usage: %w", err)
 		}
 		out = append(out, u)

@@ -27,6 +27,9 @@ const (
 	// KindCheckpoint: the series of checkpoints itself is damaged (one
 	// dropped, reordered or shrinking).
 	KindCheckpoint Kind = "checkpoint"
+	// KindAnchor: the retention anchor, which stands for the pruned
+	// oldest events, does not check out.
+	KindAnchor Kind = "anchor"
 )
 
 // Problem is one finding.
@@ -41,6 +44,9 @@ type Report struct {
 	OK       bool      `json:"ok"`
 	Checked  int       `json:"checked"`
 	Problems []Problem `json:"problems"`
+	// Pruned is how many of the oldest events retention deleted (events
+	// 1 to Pruned); Checked counts the retained ones.
+	Pruned int64 `json:"pruned,omitempty"`
 }
 
 // GenesisHash is the PrevHash of the first event: 32 zero bytes in hex.
@@ -58,12 +64,21 @@ type LogChecker struct {
 	prevHash string
 	problems []Problem
 	matched  map[int]bool
+	pruned   int64 // the anchor's size, 0 without one
+	badAnch  bool  // the anchor's tree state is wrong: roots cannot be compared
 }
 
 // NewLogChecker checks the series of checkpoints (numbers without gaps,
 // each naming the one before, sizes not shrinking) and returns a checker
 // for the log.
-func NewLogChecker(cps []Checkpoint) *LogChecker {
+func NewLogChecker(cps []Checkpoint) *LogChecker { return NewLogCheckerFrom(cps, nil) }
+
+// NewLogCheckerFrom is NewLogChecker for a log whose oldest events were
+// deleted by retention: the log starts after the anchor (nil: at seq 1).
+// The anchor is checked against its signed checkpoint, checkpoints that
+// cover only pruned events by consistency proofs from the anchor, and the
+// others against the retained events as usual.
+func NewLogCheckerFrom(cps []Checkpoint, a *Anchor) *LogChecker {
 	lc := &LogChecker{cps: cps, bySize: map[int64][]int{}, prevHash: GenesisHash, matched: map[int]bool{}}
 	for i, c := range cps {
 		lc.bySize[c.Size] = append(lc.bySize[c.Size], i)
@@ -90,6 +105,14 @@ func NewLogChecker(cps []Checkpoint) *LogChecker {
 			lc.problems = append(lc.problems, Problem{c.Size, KindCheckpoint, fmt.Sprintf(
 				"%s covers fewer events than checkpoint %d (%d): the log shrank between them", c, p.N, p.Size)})
 		}
+	}
+	if a != nil {
+		lc.tree = lc.checkAnchor(a)
+		lc.prevSeq, lc.prevHash, lc.pruned = a.Size, a.Hash, a.Size
+		for _, i := range lc.bySize[a.Size] {
+			lc.check(i)
+		}
+		return lc
 	}
 	for _, i := range lc.bySize[0] {
 		lc.check(i)
@@ -124,12 +147,15 @@ func (lc *LogChecker) Add(seq int64, prevHash, hash string) {
 // check compares checkpoint i with the tree at its size.
 func (lc *LogChecker) check(i int) {
 	c := lc.cps[i]
+	if lc.badAnch {
+		return // reported once, as the anchor's problem
+	}
 	if lc.tree.Root() == c.Root {
 		lc.matched[i] = true
 		return
 	}
 	// Where: after the largest earlier checkpoint that still matches.
-	from := int64(1)
+	from := lc.pruned + 1
 	for j, d := range lc.cps {
 		if lc.matched[j] && d.Size < c.Size && d.Size+1 > from {
 			from = d.Size + 1
@@ -157,7 +183,7 @@ func (lc *LogChecker) Finish() Report {
 	if problems == nil {
 		problems = []Problem{}
 	}
-	return Report{OK: len(problems) == 0, Checked: int(lc.tree.Size()), Problems: problems}
+	return Report{OK: len(problems) == 0, Checked: int(lc.tree.Size() - lc.pruned), Problems: problems, Pruned: lc.pruned}
 }
 
 func missing(from, to int64, why string) Problem {

@@ -46,6 +46,7 @@ const (
 type (
 	Config = gwire.Config
 	Mount  = gwire.Mount
+	Volume = gwire.Volume
 )
 
 func readConfig() (Config, error) {

@@ -181,7 +181,44 @@ func setupFS(cfg Config) error {
 	if err := unix.Mount("", "/proc/sys", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|nsx, ""); err != nil {
 		return fmt.Errorf("read-only /proc/sys: %w", err)
 	}
+	return mountVolumes(cfg.Volumes)
+}
+
+// mountVolumes moves each volume from where the bundle bound it (under
+// VolumeDir, served by the gofer: writes go straight to the host's
+// filesystem, which enforces its quota) to its target, last, so that no
+// overlay or tmpfs of the init covers it; missing directories on the way
+// are made (never through a symlink). The mount is nosuid and nodev, and
+// read-only when asked: the gofer refuses writes to a read-only volume too.
+func mountVolumes(vols []Volume) error {
+	for _, v := range vols {
+		dst, err := mountpointAll(v.Target)
+		if err != nil {
+			return fmt.Errorf("volume at %s: %w", v.Target, err)
+		}
+		if err := unix.Mount(v.Source, dst, "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("volume at %s: move mount: %w", v.Target, err)
+		}
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+		if v.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("", dst, "", flags, ""); err != nil {
+			return fmt.Errorf("volume at %s: mount flags: %w", v.Target, err)
+		}
+	}
 	return nil
+}
+
+// mountpointAll is mountpoint, creating every missing directory of target.
+func mountpointAll(target string) (string, error) {
+	parts := strings.Split(strings.Trim(target, "/"), "/")
+	for i := range parts[:len(parts)-1] {
+		if _, err := mountpoint("/" + strings.Join(parts[:i+1], "/")); err != nil {
+			return "", err
+		}
+	}
+	return mountpoint(target)
 }
 
 // mountLayers mounts an overlay at every target but "/": the target's

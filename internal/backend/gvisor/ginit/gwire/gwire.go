@@ -33,6 +33,11 @@ const (
 	// UpperDir is where the init mounts the tmpfs that holds those
 	// overlays' writable layers (unmounted again once they are mounted).
 	UpperDir = Dir + "/upper"
+	// VolumeDir holds the mount points of the sandbox's volumes as the
+	// bundle binds them (VolumeDir/<i>); the init moves each to its target
+	// once the layers' overlays and /tmp are mounted, so a volume under a
+	// deeper target or /tmp is not covered by them.
+	VolumeDir = Dir + "/vol"
 	// SocketName, ControlSocketName, WatchdogSocketName and OOMFileName
 	// are the files in ControlDir: the agent's socket, the init's own
 	// host-only socket (SuspendPath; nothing else ever dials it, so no
@@ -67,6 +72,17 @@ type Config struct {
 	UpperBytes int64   `json:"upper_bytes"`
 	// ResolvConf, if set, becomes /etc/resolv.conf.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Volumes are the sandbox's volumes, bound by the bundle at Source (in
+	// VolumeDir), to be moved to Target.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is a persistent volume the bundle binds at Source (nosuid, nodev,
+// read-only if asked, served by the gofer) for the init to move to Target.
+type Volume struct {
+	Target   string `json:"target"`
+	Source   string `json:"source"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // Mount is a target whose read-only layers the bundle binds at Lower.
