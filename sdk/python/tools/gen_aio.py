@@ -40,6 +40,7 @@ CLASSES = {
     "MCP": ("AsyncMCP", "AsyncMCP"),
     "Agents": ("_AsyncAgentsGen", "AsyncAgents"),
     "Volumes": ("AsyncVolumes", "AsyncVolumes"),
+    "Webhooks": ("AsyncWebhooks", "AsyncWebhooks"),
     "Middleware": ("AsyncMiddleware", "AsyncMiddleware"),
     "Monitor": ("AsyncMonitor", "AsyncMonitor"),
     "LLM": ("AsyncLLM", "AsyncLLM"),

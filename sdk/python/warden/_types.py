@@ -21,6 +21,8 @@ __all__ = [
     "SnapshotPromote",
     "Snapshot",
     "VolumeCreate",
+    "VolumeCreateFromSnapshot",
+    "VolumeSnapshot",
     "VolumeResize",
     "Volume",
     "VolumeAttachmentsItem",
@@ -85,6 +87,10 @@ __all__ = [
     "SecretPut",
     "Secret",
     "SecretVersionsItem",
+    "GitCloneRequest",
+    "GitRemoteRequest",
+    "GitCommitRequest",
+    "GitResult",
     "Grant",
     "PolicyScope",
     "PolicyRule",
@@ -117,6 +123,8 @@ __all__ = [
     "MCPOAuthRequest",
     "MCPOAuthStart",
     "AgentSpec",
+    "AgentSpecSecretsItem2",
+    "AgentSpecMemory",
     "AgentSpecLlmBudget2",
     "AgentSpecLimits",
     "AgentSpecTriggers",
@@ -157,7 +165,13 @@ __all__ = [
     "LLMBudgets",
     "UsageRow",
     "UsageReport",
+    "WebhookWrite",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookTestResult",
     "VerifyReport",
+    "AuditAnchor",
+    "AuditAnchorCheckpoint",
     "ListPoliciesResponse",
     "ListApprovalsResponse",
     "ListMCPConnectorsResponse",
@@ -167,6 +181,7 @@ __all__ = [
     "ListSnapshotsResponse",
     "ListVolumesResponse",
     "WriteVolumeFileResponse",
+    "ListVolumeSnapshotsResponse",
     "ListAgentsResponse",
     "ListAgentVersionsResponse",
     "ListAgentRunsResponse",
@@ -178,6 +193,7 @@ __all__ = [
     "ReplyAgentRunResponse",
     "ListSecretsResponse",
     "ListGrantsResponse",
+    "ListWebhooksResponse",
     "ERROR_STATUS",
     "OPERATIONS",
 ]
@@ -377,6 +393,33 @@ class VolumeCreate(TypedDict):
     name: str
     #: The quota in MiB, 16 to 1048576.
     size_mb: NotRequired[int]
+    #: Make the volume from a snapshot of one of the caller's volumes: it holds the snapshot's
+    #: files and has its size (give no size_mb).
+    from_snapshot: NotRequired[VolumeCreateFromSnapshot]
+
+
+class VolumeCreateFromSnapshot(TypedDict):
+    """Make the volume from a snapshot of one of the caller's volumes: it holds the snapshot's
+    files and has its size (give no size_mb).
+    """
+
+    #: The volume the snapshot is of.
+    volume: str
+    #: The snapshot's name.
+    snapshot: str
+
+
+class VolumeSnapshot(TypedDict):
+    id: str
+    name: str
+    #: The volume's name.
+    volume: str
+    volume_id: str
+    #: The volume's size when the snapshot was taken.
+    size_bytes: int
+    #: What the snapshot's copy occupies on the host.
+    stored_bytes: int
+    created_at: str
 
 
 class VolumeResize(TypedDict):
@@ -864,7 +907,7 @@ class TemplateStartReady(TypedDict):
 class ImportRequest(TypedDict):
     #: The template to create, `name[:tag]`.
     name: str
-    #: Image reference
+    #: Image reference, such as `registry.example.com/team/python:3.12`.
     image: str
     username: NotRequired[str]
     password: NotRequired[str]
@@ -962,6 +1005,67 @@ class SecretVersionsItem(TypedDict):
     fingerprint: NotRequired[str]
 
 
+class GitCloneRequest(TypedDict):
+    #: An https:// URL on a DNS name; no user information, query or fragment.
+    url: str
+    #: Where to clone: relative to the user's home, or absolute below /home, /root, /workspace,
+    #: /mnt, /data or /tmp. Default: the repository's name.
+    path: NotRequired[str]
+    branch: NotRequired[str]
+    #: A shallow clone of this many commits (0 = full).
+    depth: NotRequired[int]
+    #: A secret (id) the caller owns whose value is the token, brokered for the URL's host for
+    #: this command.
+    secret: NotRequired[str]
+    #: Default 600.
+    timeout_seconds: NotRequired[int]
+
+
+class GitRemoteRequest(TypedDict):
+    path: str
+    remote: NotRequired[str]
+    branch: NotRequired[str]
+    #: A secret (id) the caller owns whose value is the token, brokered for the remote's host
+    #: for this command.
+    secret: NotRequired[str]
+    timeout_seconds: NotRequired[int]
+
+
+class GitCommitRequest(TypedDict):
+    path: str
+    message: str
+    author_name: NotRequired[str]
+    author_email: NotRequired[str]
+    #: Stage every change first, new and deleted files included (`git add --all`); false
+    #: commits what is staged.
+    all: NotRequired[bool]
+    timeout_seconds: NotRequired[int]
+
+
+class GitResult(TypedDict):
+    #: The repository's absolute path in the sandbox.
+    path: str
+    exit_code: int
+    #: The last 32 KiB of git's standard output.
+    stdout: str
+    #: The last 32 KiB of git's standard error.
+    stderr: str
+    #: The commit HEAD names after the command (clone, pull, commit, push, status).
+    head: NotRequired[str]
+    #: status: the current branch (absent when detached).
+    branch: NotRequired[str]
+    #: status: the upstream branch.
+    upstream: NotRequired[str]
+    #: status: commits not on the upstream.
+    ahead: NotRequired[int]
+    #: status: upstream commits not here.
+    behind: NotRequired[int]
+    #: status: no change and no untracked file.
+    clean: NotRequired[bool]
+    #: status: one `git status --porcelain=v2` line per changed or untracked path.
+    changes: NotRequired[list[str]]
+
+
 class Grant(TypedDict):
     id: NotRequired[str]
     secret_id: NotRequired[str]
@@ -979,8 +1083,16 @@ class Grant(TypedDict):
     header: NotRequired[str]
     path_prefix: NotRequired[str]
     env_name: NotRequired[str]
+    #: How the placeholder sits in the header: as is (empty), or `basic`: inside the base64
+    #: credentials of `Basic ...` (git and other HTTP Basic clients), where the broker decodes
+    #: them, puts the value in and encodes them again.
+    format: NotRequired[Literal["", "basic"]]
     placeholder: NotRequired[str]
     created: NotRequired[str]
+    #: `agent:NAME` for a grant a hosted agent's spec `secrets` keeps on its run's sandbox
+    #: (docs/agents.md); `git-helper` for the grant a git helper makes for one command
+    #: (docs/persistence.md).
+    managed_by: NotRequired[str]
     revoked: NotRequired[bool]
 
 
@@ -1403,8 +1515,14 @@ class AgentSpec(TypedDict):
     sandbox: NotRequired[Literal["fresh", "persistent"]]
     #: Virtual MCP servers granted to the agent's principal.
     mcp_servers: NotRequired[list[str]]
-    #: Secrets the agent may use (recorded).
-    secrets: NotRequired[list[str]]
+    #: Brokered secrets of each run's sandbox: for each entry the run's sandbox gets a grant of
+    #: the secret (a secret of the agent's owner, by name, or its ID) on `hosts`, revoked when
+    #: the sandbox ends (a persistent sandbox's grants follow the spec). The value never enters
+    #: the sandbox: `env_name` holds a placeholder the broker swaps in `header`. The author
+    #: must own each secret (or be an admin): 403 otherwise. The older form, a bare name, is
+    #: refused in new definitions (kept in stored versions, granting nothing).
+    secrets: NotRequired[list[str | AgentSpecSecretsItem2]]
+    memory: NotRequired[AgentSpecMemory]
     #: Scopes of each run's key (default mcp:use, llm:use).
     scopes: NotRequired[list[Scope]]
     #: What all the agent's runs may spend on the LLM gateway per period, enforced as a gateway
@@ -1413,10 +1531,30 @@ class AgentSpec(TypedDict):
     llm_budget: NotRequired[str | AgentSpecLlmBudget2]
     network: NotRequired[NetworkPolicy]
     limits: NotRequired[AgentSpecLimits]
-    #: Governance policies that apply (recorded).
+    #: IDs of governance policies attached to the agent's principal: they apply to its runs'
+    #: actions besides their own scope. Changing them needs scope policies:write (403); an
+    #: unknown ID is refused.
     policies: NotRequired[list[str]]
     concurrency: NotRequired[int]
     triggers: NotRequired[AgentSpecTriggers]
+
+
+class AgentSpecSecretsItem2(TypedDict):
+    #: A secret's name (of the agent's owner) or ID.
+    secret: str
+    #: Exact names or *.example.com.
+    hosts: list[str]
+    header: NotRequired[str]
+    path_prefix: NotRequired[str]
+    #: The variable holding the placeholder (not WARDEN_*).
+    env_name: NotRequired[str]
+
+
+class AgentSpecMemory(TypedDict):
+    #: A memory shared by every agent naming it (namespace team.NAME), reached with the memory
+    #: tools' scope team. Owned by the owner of the first agent naming it; only that owner's
+    #: agents (or an admin's) may join (403).
+    team: NotRequired[str]
 
 
 class AgentSpecLlmBudget2(TypedDict):
@@ -1478,7 +1616,7 @@ class Agent(TypedDict):
     webhook_path: str
     #: Signs webhooks; returned on creation only.
     webhook_secret: NotRequired[str]
-    #: The persistent sandbox
+    #: The persistent sandbox, if any.
     sandbox_id: NotRequired[str]
     created_at: str
     updated_at: str
@@ -1677,7 +1815,7 @@ class MonitorEvent(TypedDict):
     action: NotRequired[str]
     target: NotRequired[str]
     outcome: NotRequired[Literal["success", "denied", "error"]]
-    #: The rule that decided
+    #: The rule that decided, if one did.
     rule_id: NotRequired[str]
     detail: NotRequired[dict[str, Any]]
     #: Prompt, response or tool input/output (at most 64 KiB kept); removed by redaction and
@@ -1751,7 +1889,8 @@ class ClaudeCodeHookOutputHookSpecificOutput(TypedDict):
 
 class VerifyProblem(TypedDict):
     seq: int
-    kind: Literal["modified", "missing", "reordered", "broken_chain"]
+    #: `anchor`: the retention anchor that stands for the deleted oldest events was altered.
+    kind: Literal["modified", "missing", "reordered", "broken_chain", "anchor"]
     message: str
 
 
@@ -1814,6 +1953,12 @@ class UsageRow(TypedDict):
     paused_seconds: float
     #: Sum over the sandboxes of the most disk each held in the range (0 where unknown).
     disk_bytes: int
+    #: group_by=principal: how many persistent volumes the principal owns now (0 for other
+    #: groupings).
+    volumes: NotRequired[int]
+    #: group_by=principal: bytes the principal's volumes' filesystems use now, at the time of
+    #: the report, not over the range (volumes are not metered hourly).
+    volume_bytes: NotRequired[int]
 
 
 UsageReport = TypedDict(
@@ -1829,11 +1974,103 @@ UsageReport = TypedDict(
 )
 
 
+class WebhookWrite(TypedDict):
+    #: Required to create; on update, when given, the path's name.
+    name: NotRequired[str]
+    #: Where deliveries are POSTed: https (http only with webhooks.allow_http).
+    url: str
+    #: ID of the secret (warden secrets) holding the signing key: whsec_ and the key in base64,
+    #: or the raw key (at least 16 bytes).
+    secret: str
+    #: Event types (audit actions, llm.budget_exceeded) or globs of them.
+    events: list[str]
+    #: Only events with these outcomes; empty or absent for all.
+    outcomes: NotRequired[list[Literal["success", "denied", "error"]]]
+    #: Tries per event before it is given up on (0 or absent: 12).
+    max_attempts: NotRequired[int]
+    #: Deliver (default true); false keeps the endpoint without delivering.
+    enabled: NotRequired[bool]
+
+
+class Webhook(TypedDict):
+    name: str
+    #: config: the config file's (read-only here); api: made through the API.
+    source: Literal["config", "api"]
+    url: str
+    #: ID of the signing key's secret.
+    secret: str
+    events: list[str]
+    outcomes: list[str]
+    max_attempts: int
+    enabled: bool
+    #: The principal that made it (api endpoints).
+    created_by: NotRequired[str]
+    created_at: NotRequired[str]
+    updated_at: NotRequired[str]
+    delivery: WebhookDelivery
+
+
+class WebhookDelivery(TypedDict):
+    """Where the endpoint's deliveries stand (kept across restarts)."""
+
+    #: A deliverer runs for the endpoint.
+    running: bool
+    #: Seq of the last audit event handled (delivered, skipped or given up on).
+    cursor: int
+    #: Tries so far of the event in hand (0 when none is failing).
+    attempts: int
+    #: Events the receiver acknowledged.
+    delivered: int
+    #: Events given up on after max_attempts or a refused destination.
+    given_up: int
+    last_attempt_at: NotRequired[str]
+    #: The receiver's HTTP status at the last attempt (absent when none answered).
+    last_status: NotRequired[int]
+    #: Why the last attempt failed (absent when it succeeded).
+    last_error: NotRequired[str]
+    last_delivered_at: NotRequired[str]
+
+
+class WebhookTestResult(TypedDict):
+    message_id: str
+    #: The receiver answered 2xx.
+    ok: bool
+    #: The receiver's HTTP status (absent when none answered).
+    status_code: NotRequired[int]
+    #: Why it failed (no answer, a refused destination, a non-2xx status, an unreadable key).
+    error: NotRequired[str]
+    duration_ms: int
+
+
 class VerifyReport(TypedDict):
     ok: bool
     #: Number of events checked.
     checked: int
     problems: list[VerifyProblem]
+    #: How many of the oldest events audit retention deleted (events 1 to `pruned`); the check
+    #: starts after them. Absent when none were.
+    pruned: NotRequired[int]
+
+
+class AuditAnchor(TypedDict):
+    #: How many of the oldest events were deleted (events 1 to `size`); 0 when none.
+    size: int
+    #: Event `size`'s hash (hex), which the first retained event links to.
+    hash: NotRequired[str]
+    #: The signed checkpoint of exactly `size` events.
+    checkpoint: NotRequired[AuditAnchorCheckpoint]
+    #: Merkle subtree hashes of the deleted events' tree, "level/index" (2^level leaves from
+    #: leaf index*2^level, counted from 0) to base64 SHA-256.
+    nodes: dict[str, str]
+    pruned_at: NotRequired[str]
+
+
+class AuditAnchorCheckpoint(TypedDict):
+    """The signed checkpoint of exactly `size` events."""
+
+    n: int
+    #: The signed note, as published.
+    note: str
 
 
 class ListPoliciesResponse(TypedDict):
@@ -1872,6 +2109,10 @@ class WriteVolumeFileResponse(TypedDict):
     path: str
     #: Bytes written.
     size: int
+
+
+class ListVolumeSnapshotsResponse(TypedDict):
+    snapshots: list[VolumeSnapshot]
 
 
 class ListAgentsResponse(TypedDict):
@@ -1925,6 +2166,10 @@ class ListSecretsResponse(TypedDict):
 class ListGrantsResponse(TypedDict):
     grants: NotRequired[list[Grant]]
 
+
+class ListWebhooksResponse(TypedDict):
+    webhooks: list[Webhook]
+
 # Stable, machine-readable error code. Each code has one HTTP status.
 ErrorCode = Literal["bad_request", "invalid_json", "validation_failed", "unauthenticated", "forbidden", "permission_denied", "not_found", "conflict", "payload_too_large", "rate_limited", "unavailable", "internal", "timeout", "bad_gateway", "approval_required"]
 
@@ -1955,9 +2200,10 @@ CodeEvent = CodeOutputEvent | CodeResultEvent | CodeErrorEvent | CodeCountEvent 
 AgentRunState = Literal["queued", "running", "succeeded", "failed", "timed_out", "cancelled"]
 
 # Permission carried by an API key. `admin` implies every scope, except that an agent principal
-# never holds `policies:write`, `approvals:decide`, `mcp:admin` or `agents:write`;
-# `sandboxes:all` lifts the rule that principals see and touch only their own sandboxes.
-Scope = Literal["sandboxes:create", "sandboxes:read", "sandboxes:exec", "sandboxes:delete", "sandboxes:all", "files:read", "files:write", "keys:manage", "audit:read", "templates:read", "templates:write", "secrets:read", "secrets:write", "metrics:read", "policies:read", "policies:write", "approvals:decide", "mcp:admin", "mcp:use", "llm:use", "agents:read", "agents:write", "agents:run", "monitor:read", "monitor:write", "memory:read", "memory:review", "admin"]
+# never holds `policies:write`, `approvals:decide`, `mcp:admin`, `agents:write`, `memory:read`,
+# `memory:review` or `webhooks:admin`; `sandboxes:all` lifts the rule that principals see and
+# touch only their own sandboxes.
+Scope = Literal["sandboxes:create", "sandboxes:read", "sandboxes:exec", "sandboxes:delete", "sandboxes:all", "files:read", "files:write", "keys:manage", "audit:read", "templates:read", "templates:write", "secrets:read", "secrets:write", "metrics:read", "policies:read", "policies:write", "approvals:decide", "mcp:admin", "mcp:use", "llm:use", "agents:read", "agents:write", "agents:run", "monitor:read", "monitor:write", "memory:read", "memory:review", "webhooks:admin", "admin"]
 
 #: HTTP status of each stable error code.
 ERROR_STATUS: dict[str, int] = {
@@ -2000,6 +2246,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "createSandbox": ("POST", "/v1/sandboxes"),
     "createSnapshot": ("POST", "/v1/sandboxes/{id}/snapshots"),
     "createVolume": ("POST", "/v1/volumes"),
+    "createVolumeSnapshot": ("POST", "/v1/volumes/{name}/snapshots"),
+    "createWebhook": ("POST", "/v1/webhooks"),
     "deleteAgent": ("DELETE", "/v1/agents/{name}"),
     "deleteCodeContext": ("DELETE", "/v1/sandboxes/{id}/code/contexts/{ctx}"),
     "deleteMCPConnector": ("DELETE", "/v1/mcp/connectors/{id}"),
@@ -2011,6 +2259,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "deleteSnapshot": ("DELETE", "/v1/snapshots/{name}"),
     "deleteTemplate": ("DELETE", "/v1/templates/{name}"),
     "deleteVolume": ("DELETE", "/v1/volumes/{name}"),
+    "deleteVolumeSnapshot": ("DELETE", "/v1/volumes/{name}/snapshots/{snapshot}"),
+    "deleteWebhook": ("DELETE", "/v1/webhooks/{name}"),
     "diffMemory": ("GET", "/v1/agents/{name}/memory/diff"),
     "downloadArchive": ("GET", "/v1/sandboxes/{id}/archive"),
     "evalGuard": ("POST", "/v1/guard/eval"),
@@ -2021,6 +2271,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "getAgentRun": ("GET", "/v1/agent-runs/{id}"),
     "getAgentRunLogs": ("GET", "/v1/agent-runs/{id}/logs"),
     "getApproval": ("GET", "/v1/approvals/{id}"),
+    "getAuditAnchor": ("GET", "/v1/audit/anchor"),
     "getHealth": ("GET", "/healthz"),
     "getLLMBudgets": ("GET", "/v1/llm/budgets"),
     "getLLMPrices": ("GET", "/v1/llm/prices"),
@@ -2040,6 +2291,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "getTemplate": ("GET", "/v1/templates/{name}"),
     "getUsage": ("GET", "/v1/usage"),
     "getVolume": ("GET", "/v1/volumes/{name}"),
+    "getWebhook": ("GET", "/v1/webhooks/{name}"),
+    "gitClone": ("POST", "/v1/sandboxes/{id}/git/clone"),
+    "gitCommit": ("POST", "/v1/sandboxes/{id}/git/commit"),
+    "gitPull": ("POST", "/v1/sandboxes/{id}/git/pull"),
+    "gitPush": ("POST", "/v1/sandboxes/{id}/git/push"),
+    "gitStatus": ("GET", "/v1/sandboxes/{id}/git/status"),
     "grantMCPServer": ("PUT", "/v1/mcp/servers/{id}/grants/{principal}"),
     "importTemplate": ("POST", "/v1/templates/import"),
     "ingestMonitorEvents": ("POST", "/v1/monitor/events"),
@@ -2068,7 +2325,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "listSecrets": ("GET", "/v1/secrets"),
     "listSnapshots": ("GET", "/v1/snapshots"),
     "listTemplates": ("GET", "/v1/templates"),
+    "listVolumeSnapshots": ("GET", "/v1/volumes/{name}/snapshots"),
     "listVolumes": ("GET", "/v1/volumes"),
+    "listWebhooks": ("GET", "/v1/webhooks"),
     "makeDir": ("POST", "/v1/sandboxes/{id}/fs/mkdir"),
     "moveFile": ("POST", "/v1/sandboxes/{id}/fs/move"),
     "openPty": ("GET", "/v1/sandboxes/{id}/pty"),
@@ -2093,6 +2352,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "resetLLMPrices": ("DELETE", "/v1/llm/prices"),
     "resizeVolume": ("POST", "/v1/volumes/{name}/resize"),
     "restartCodeContext": ("POST", "/v1/sandboxes/{id}/code/contexts/{ctx}/restart"),
+    "restoreVolume": ("POST", "/v1/volumes/{name}/restore"),
     "resumeSandbox": ("POST", "/v1/sandboxes/{id}/resume"),
     "revokeGrant": ("DELETE", "/v1/grants/{id}"),
     "revokeKey": ("DELETE", "/v1/keys/{id}"),
@@ -2114,11 +2374,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "testGuard": ("POST", "/v1/guard/test"),
     "testMiddleware": ("POST", "/v1/middleware/test"),
     "testPolicy": ("POST", "/v1/policies/test"),
+    "testWebhook": ("POST", "/v1/webhooks/{name}/test"),
     "unpublishPort": ("DELETE", "/v1/sandboxes/{id}/ports/{port}"),
     "updateAgent": ("PUT", "/v1/agents/{name}"),
     "updateMCPConnector": ("PUT", "/v1/mcp/connectors/{id}"),
     "updateMCPServer": ("PUT", "/v1/mcp/servers/{id}"),
     "updatePolicy": ("PUT", "/v1/policies/{id}"),
+    "updateWebhook": ("PUT", "/v1/webhooks/{name}"),
     "uploadArchive": ("PUT", "/v1/sandboxes/{id}/archive"),
     "verifyAudit": ("GET", "/v1/audit/verify"),
     "watchDir": ("GET", "/v1/sandboxes/{id}/fs/watch"),

@@ -555,6 +555,39 @@ class _AsyncSandboxGen:
     async def delete_code_context(self, context_id: str) -> None:
         await self._tr.call('DELETE', self._p(f'/code/contexts/{quote(context_id)}'))
 
+    async def _git(self, op: str, body: Mapping[str, Any]) -> t.GitResult:
+        timeout = self._tr.timeout
+        if timeout is not None:
+            timeout = max(timeout, float(body.get('timeout_seconds') or 600) + 30)
+        return await self._tr.call('POST', self._p(f'/git/{op}'), json=_clean(body), timeout=timeout)
+
+    async def git_clone(self, url: str, path: str | None=None, *, branch: str | None=None, depth: int | None=None, secret: str | None=None, timeout_seconds: int | None=None) -> t.GitResult:
+        """Clones an https repository into the sandbox as its default user (``path``: relative
+            to the user's home or absolute; default the repository's name). ``secret``, the id of a
+            secret you own holding a token, is brokered for the URL's host for this command only:
+            the token never enters the sandbox. A git failure is a non-zero ``exit_code`` with the
+            tails of git's output, not an exception."""
+        return await self._git('clone', {'url': url, 'path': path, 'branch': branch, 'depth': depth, 'secret': secret, 'timeout_seconds': timeout_seconds})
+
+    async def git_pull(self, path: str, *, remote: str | None=None, branch: str | None=None, secret: str | None=None, timeout_seconds: int | None=None) -> t.GitResult:
+        """Pulls (fast-forward only) the repository at ``path``; ``secret`` as for :meth:`git_clone`."""
+        return await self._git('pull', {'path': path, 'remote': remote, 'branch': branch, 'secret': secret, 'timeout_seconds': timeout_seconds})
+
+    async def git_commit(self, path: str, message: str, *, author_name: str | None=None, author_email: str | None=None, all: bool | None=None, timeout_seconds: int | None=None) -> t.GitResult:
+        """Commits in the repository at ``path``, every change staged first unless ``all`` is
+            False; an author given is also the committer. The result's ``head`` is the new commit."""
+        return await self._git('commit', {'path': path, 'message': message, 'author_name': author_name, 'author_email': author_email, 'all': all, 'timeout_seconds': timeout_seconds})
+
+    async def git_push(self, path: str, *, remote: str | None=None, branch: str | None=None, secret: str | None=None, timeout_seconds: int | None=None) -> t.GitResult:
+        """Pushes the repository at ``path`` (``remote`` default origin); ``secret`` as for
+            :meth:`git_clone`."""
+        return await self._git('push', {'path': path, 'remote': remote, 'branch': branch, 'secret': secret, 'timeout_seconds': timeout_seconds})
+
+    async def git_status(self, path: str) -> t.GitResult:
+        """The branch, HEAD, upstream, ahead/behind counts and changed paths of the repository
+            at ``path``."""
+        return await self._tr.call('GET', self._p('/git/status'), query={'path': path}, idempotent=True)
+
     async def publish_port(self, port: int, *, public: bool=True) -> t.Port:
         """Makes the port reachable without credentials (``public=False``: private again)."""
         return await self._tr.call('POST', self._p(f'/ports/{int(port)}'), json={'public': public}, idempotent=True)
@@ -671,6 +704,10 @@ class _AsyncAuditGen(_AsyncNS):
 
     async def verify(self) -> t.VerifyReport:
         return await self._tr.call('GET', '/v1/audit/verify', idempotent=True)
+
+    async def anchor(self) -> t.AuditAnchor:
+        """Where the retained log starts after audit retention (size 0: nothing deleted)."""
+        return await self._tr.call('GET', '/v1/audit/anchor', idempotent=True)
 
 
 class AsyncPolicies(_AsyncNS):
@@ -869,6 +906,57 @@ class AsyncVolumes(_AsyncNS):
         q = {'path': path, 'mode': None if mode is None else format(mode, '04o')}
         return await self._tr.call('PUT', f'/v1/volumes/{quote(name)}/files', query=q, body=data if data is not None else b'', content_type='application/octet-stream', idempotent=not _is_iter(data), stream=True)
 
+    async def snapshot(self, name: str, snapshot: str | None=None) -> t.VolumeSnapshot:
+        """Takes a point-in-time copy of volume ``name``, mounted by a sandbox or not (a mounted
+            one is frozen for the copy), named ``snapshot`` (default ``snap-<time>``)."""
+        return await self._tr.call('POST', f'/v1/volumes/{quote(name)}/snapshots', json=_clean({'name': snapshot}))
+
+    async def snapshots(self, name: str) -> List[t.VolumeSnapshot]:
+        """The volume's snapshots, oldest first."""
+        return list((await self._tr.call('GET', f'/v1/volumes/{quote(name)}/snapshots', idempotent=True)).get('snapshots') or [])
+
+    async def delete_snapshot(self, name: str, snapshot: str) -> None:
+        await self._tr.call('DELETE', f'/v1/volumes/{quote(name)}/snapshots/{quote(snapshot)}', idempotent=True)
+
+    async def restore(self, name: str, snapshot: str) -> t.Volume:
+        """Replaces the volume's files with those of one of its snapshots, atomically; refused
+            (ConflictError) while a live sandbox mounts the volume."""
+        return await self._tr.call('POST', f'/v1/volumes/{quote(name)}/restore', json={'snapshot': snapshot}, idempotent=True)
+
+    async def create_from_snapshot(self, name: str, volume: str, snapshot: str) -> t.Volume:
+        """Makes volume ``name`` holding the files of ``snapshot`` of your volume ``volume``, of
+            the snapshot's size (shorthand for :meth:`create` with ``from_snapshot``)."""
+        return await self.create({'name': name, 'from_snapshot': {'volume': volume, 'snapshot': snapshot}})
+
+
+class AsyncWebhooks(_AsyncNS):
+    """Outgoing webhooks: endpoints that receive the audit events they name, signed in the
+    Standard Webhooks format (scope webhooks:admin)."""
+
+    async def list(self) -> List[t.Webhook]:
+        """The endpoints (the config file's first, then the API's) with their delivery state."""
+        return list((await self._tr.call('GET', '/v1/webhooks', idempotent=True)).get('webhooks') or [])
+
+    async def get(self, name: str) -> t.Webhook:
+        return await self._tr.call('GET', f'/v1/webhooks/{quote(name)}', idempotent=True)
+
+    async def create(self, webhook: t.WebhookWrite | Mapping[str, Any]) -> t.Webhook:
+        """Adds an endpoint; it gets the events written from now on."""
+        return await self._tr.call('POST', '/v1/webhooks', json=dict(webhook))
+
+    async def update(self, name: str, webhook: t.WebhookWrite | Mapping[str, Any]) -> t.Webhook:
+        """Replaces an API-made endpoint's definition; it keeps its place in the log."""
+        return await self._tr.call('PUT', f'/v1/webhooks/{quote(name)}', json=dict(webhook), idempotent=True)
+
+    async def delete(self, name: str) -> None:
+        """Stops and removes an API-made endpoint."""
+        await self._tr.call('DELETE', f'/v1/webhooks/{quote(name)}', idempotent=True)
+
+    async def test(self, name: str) -> t.WebhookTestResult:
+        """Sends a signed ``webhook.test`` ping now and reports what the receiver answered (a
+            refusal is ``ok`` False, not an exception)."""
+        return await self._tr.call('POST', f'/v1/webhooks/{quote(name)}/test')
+
 
 class AsyncMiddleware(_AsyncNS):
     """Request middleware of the guard (docs/guardrails.md)."""
@@ -978,6 +1066,7 @@ class _AsyncWardenGen:
         self.monitor = AsyncMonitor(self)
         self.llm = AsyncLLM(self)
         self.snapshots = AsyncSnapshots(self)
+        self.webhooks = AsyncWebhooks(self)
 
     @property
     def base_url(self) -> str:

@@ -775,6 +775,55 @@ class Sandbox:
     def delete_code_context(self, context_id: str) -> None:
         self._tr.call("DELETE", self._p(f"/code/contexts/{quote(context_id)}"))
 
+    # git
+
+    def _git(self, op: str, body: Mapping[str, Any]) -> t.GitResult:
+        # The response comes when git ends: wait as long as the command may run.
+        timeout = self._tr.timeout
+        if timeout is not None:
+            timeout = max(timeout, float(body.get("timeout_seconds") or 600) + 30)
+        return self._tr.call("POST", self._p(f"/git/{op}"), json=_clean(body), timeout=timeout)
+
+    @_op("gitClone")
+    def git_clone(self, url: str, path: str | None = None, *, branch: str | None = None, depth: int | None = None,
+                  secret: str | None = None, timeout_seconds: int | None = None) -> t.GitResult:
+        """Clones an https repository into the sandbox as its default user (``path``: relative
+        to the user's home or absolute; default the repository's name). ``secret``, the id of a
+        secret you own holding a token, is brokered for the URL's host for this command only:
+        the token never enters the sandbox. A git failure is a non-zero ``exit_code`` with the
+        tails of git's output, not an exception."""
+        return self._git("clone", {"url": url, "path": path, "branch": branch, "depth": depth, "secret": secret,
+                                   "timeout_seconds": timeout_seconds})
+
+    @_op("gitPull")
+    def git_pull(self, path: str, *, remote: str | None = None, branch: str | None = None, secret: str | None = None,
+                 timeout_seconds: int | None = None) -> t.GitResult:
+        """Pulls (fast-forward only) the repository at ``path``; ``secret`` as for :meth:`git_clone`."""
+        return self._git("pull", {"path": path, "remote": remote, "branch": branch, "secret": secret,
+                                  "timeout_seconds": timeout_seconds})
+
+    @_op("gitCommit")
+    def git_commit(self, path: str, message: str, *, author_name: str | None = None, author_email: str | None = None,
+                   all: bool | None = None, timeout_seconds: int | None = None) -> t.GitResult:
+        """Commits in the repository at ``path``, every change staged first unless ``all`` is
+        False; an author given is also the committer. The result's ``head`` is the new commit."""
+        return self._git("commit", {"path": path, "message": message, "author_name": author_name,
+                                    "author_email": author_email, "all": all, "timeout_seconds": timeout_seconds})
+
+    @_op("gitPush")
+    def git_push(self, path: str, *, remote: str | None = None, branch: str | None = None, secret: str | None = None,
+                 timeout_seconds: int | None = None) -> t.GitResult:
+        """Pushes the repository at ``path`` (``remote`` default origin); ``secret`` as for
+        :meth:`git_clone`."""
+        return self._git("push", {"path": path, "remote": remote, "branch": branch, "secret": secret,
+                                  "timeout_seconds": timeout_seconds})
+
+    @_op("gitStatus")
+    def git_status(self, path: str) -> t.GitResult:
+        """The branch, HEAD, upstream, ahead/behind counts and changed paths of the repository
+        at ``path``."""
+        return self._tr.call("GET", self._p("/git/status"), query={"path": path}, idempotent=True)
+
     # ports
 
     @_op("publishPort")
@@ -1051,6 +1100,11 @@ class Audit(_NS):
     @_op("verifyAudit")
     def verify(self) -> t.VerifyReport:
         return self._tr.call("GET", "/v1/audit/verify", idempotent=True)
+
+    @_op("getAuditAnchor")
+    def anchor(self) -> t.AuditAnchor:
+        """Where the retained log starts after audit retention (size 0: nothing deleted)."""
+        return self._tr.call("GET", "/v1/audit/anchor", idempotent=True)
 
 
 class Policies(_NS):
@@ -1348,6 +1402,67 @@ class Volumes(_NS):
         return self._tr.call("PUT", f"/v1/volumes/{quote(name)}/files", query=q, body=data if data is not None else b"",
                              content_type="application/octet-stream", idempotent=not _is_iter(data), stream=True)
 
+    @_op("createVolumeSnapshot")
+    def snapshot(self, name: str, snapshot: str | None = None) -> t.VolumeSnapshot:
+        """Takes a point-in-time copy of volume ``name``, mounted by a sandbox or not (a mounted
+        one is frozen for the copy), named ``snapshot`` (default ``snap-<time>``)."""
+        return self._tr.call("POST", f"/v1/volumes/{quote(name)}/snapshots", json=_clean({"name": snapshot}))
+
+    @_op("listVolumeSnapshots")
+    def snapshots(self, name: str) -> List[t.VolumeSnapshot]:
+        """The volume's snapshots, oldest first."""
+        return list(self._tr.call("GET", f"/v1/volumes/{quote(name)}/snapshots", idempotent=True).get("snapshots") or [])
+
+    @_op("deleteVolumeSnapshot")
+    def delete_snapshot(self, name: str, snapshot: str) -> None:
+        self._tr.call("DELETE", f"/v1/volumes/{quote(name)}/snapshots/{quote(snapshot)}", idempotent=True)
+
+    @_op("restoreVolume")
+    def restore(self, name: str, snapshot: str) -> t.Volume:
+        """Replaces the volume's files with those of one of its snapshots, atomically; refused
+        (ConflictError) while a live sandbox mounts the volume."""
+        return self._tr.call("POST", f"/v1/volumes/{quote(name)}/restore", json={"snapshot": snapshot}, idempotent=True)
+
+    def create_from_snapshot(self, name: str, volume: str, snapshot: str) -> t.Volume:
+        """Makes volume ``name`` holding the files of ``snapshot`` of your volume ``volume``, of
+        the snapshot's size (shorthand for :meth:`create` with ``from_snapshot``)."""
+        return self.create({"name": name, "from_snapshot": {"volume": volume, "snapshot": snapshot}})
+
+
+class Webhooks(_NS):
+    """Outgoing webhooks: endpoints that receive the audit events they name, signed in the
+    Standard Webhooks format (scope webhooks:admin)."""
+
+    @_op("listWebhooks")
+    def list(self) -> List[t.Webhook]:
+        """The endpoints (the config file's first, then the API's) with their delivery state."""
+        return list(self._tr.call("GET", "/v1/webhooks", idempotent=True).get("webhooks") or [])
+
+    @_op("getWebhook")
+    def get(self, name: str) -> t.Webhook:
+        return self._tr.call("GET", f"/v1/webhooks/{quote(name)}", idempotent=True)
+
+    @_op("createWebhook")
+    def create(self, webhook: t.WebhookWrite | Mapping[str, Any]) -> t.Webhook:
+        """Adds an endpoint; it gets the events written from now on."""
+        return self._tr.call("POST", "/v1/webhooks", json=dict(webhook))
+
+    @_op("updateWebhook")
+    def update(self, name: str, webhook: t.WebhookWrite | Mapping[str, Any]) -> t.Webhook:
+        """Replaces an API-made endpoint's definition; it keeps its place in the log."""
+        return self._tr.call("PUT", f"/v1/webhooks/{quote(name)}", json=dict(webhook), idempotent=True)
+
+    @_op("deleteWebhook")
+    def delete(self, name: str) -> None:
+        """Stops and removes an API-made endpoint."""
+        self._tr.call("DELETE", f"/v1/webhooks/{quote(name)}", idempotent=True)
+
+    @_op("testWebhook")
+    def test(self, name: str) -> t.WebhookTestResult:
+        """Sends a signed ``webhook.test`` ping now and reports what the receiver answered (a
+        refusal is ``ok`` False, not an exception)."""
+        return self._tr.call("POST", f"/v1/webhooks/{quote(name)}/test")
+
 
 class Middleware(_NS):
     """Request middleware of the guard (docs/guardrails.md)."""
@@ -1482,6 +1597,7 @@ class Warden:
         self.monitor = Monitor(self)
         self.llm = LLM(self)
         self.snapshots = Snapshots(self)
+        self.webhooks = Webhooks(self)
 
     @property
     def base_url(self) -> str:

@@ -545,6 +545,51 @@ export class Sandbox {
   async interruptCodeContext(id: string): Promise<void> { op("interruptCodeContext"); await this.tr.call("POST", this.p(`/code/contexts/${seg(id)}/interrupt`)); }
   async deleteCodeContext(id: string): Promise<void> { op("deleteCodeContext"); await this.tr.call("DELETE", this.p(`/code/contexts/${seg(id)}`)); }
 
+  // git
+
+  private git(opName: string, body: object, timeoutSeconds?: number): Promise<T.GitResult> {
+    // The response comes when git ends: wait as long as the command may run.
+    const base = this.tr.timeoutMs;
+    const timeoutMs = base > 0 ? Math.max(base, ((timeoutSeconds ?? 600) + 30) * 1000) : base;
+    return this.tr.call("POST", this.p(`/git/${opName}`), { json: clean(body), timeoutMs });
+  }
+  /**
+   * Clones an https repository into the sandbox as its default user (`path`: relative to the
+   * user's home or absolute; default the repository's name). `secret`, the id of a secret you
+   * own holding a token, is brokered for the URL's host for this command only: the token never
+   * enters the sandbox. A git failure is a non-zero `exit_code` with the tails of git's output,
+   * not an error.
+   */
+  gitClone(url: string, o: { path?: string; branch?: string; depth?: number; secret?: string; timeoutSeconds?: number } = {}): Promise<T.GitResult> {
+    op("gitClone");
+    const body: T.GitCloneRequest = { url, path: o.path, branch: o.branch, depth: o.depth, secret: o.secret, timeout_seconds: o.timeoutSeconds };
+    return this.git("clone", body, o.timeoutSeconds);
+  }
+  /** Pulls (fast-forward only) the repository at `path`; `secret` as for gitClone. */
+  gitPull(path: string, o: GitRemoteOptions = {}): Promise<T.GitResult> {
+    op("gitPull");
+    return this.git("pull", gitRemote(path, o), o.timeoutSeconds);
+  }
+  /**
+   * Commits in the repository at `path`, every change staged first unless `all` is false; an
+   * author given is also the committer. The result's `head` is the new commit.
+   */
+  gitCommit(path: string, message: string, o: { authorName?: string; authorEmail?: string; all?: boolean; timeoutSeconds?: number } = {}): Promise<T.GitResult> {
+    op("gitCommit");
+    const body: T.GitCommitRequest = { path, message, author_name: o.authorName, author_email: o.authorEmail, all: o.all, timeout_seconds: o.timeoutSeconds };
+    return this.git("commit", body, o.timeoutSeconds);
+  }
+  /** Pushes the repository at `path` (`remote` default origin); `secret` as for gitClone. */
+  gitPush(path: string, o: GitRemoteOptions = {}): Promise<T.GitResult> {
+    op("gitPush");
+    return this.git("push", gitRemote(path, o), o.timeoutSeconds);
+  }
+  /** The branch, HEAD, upstream, ahead/behind counts and changed paths of the repository at `path`. */
+  gitStatus(path: string): Promise<T.GitResult> {
+    op("gitStatus");
+    return this.tr.call("GET", this.p("/git/status"), { query: { path }, idempotent: true });
+  }
+
   /** Makes the port reachable without credentials (`public: false`: private again). */
   publishPort(port: number, o: { public?: boolean } = {}): Promise<T.Port> {
     op("publishPort");
@@ -564,7 +609,22 @@ op("readFile", "writeFile", "removeFile", "statFile", "listDir", "makeDir", "mov
   "presignFile", "killSandbox", "setSandboxTimeout", "pauseSandbox", "resumeSandbox", "forkSandbox", "createSnapshot", "getNetwork", "setNetwork",
   "getSandboxUsage", "getSandboxLogs", "execProcess", "streamProcess", "listProcesses", "sendProcessStdin", "closeProcessStdin",
   "signalProcess", "openPty", "runCode", "createCodeContext", "listCodeContexts", "restartCodeContext", "interruptCodeContext",
-  "deleteCodeContext", "publishPort", "unpublishPort", "createPreviewURL", "proxyPort");
+  "deleteCodeContext", "publishPort", "unpublishPort", "createPreviewURL", "proxyPort", "gitClone", "gitPull", "gitCommit", "gitPush",
+  "gitStatus");
+
+/** Options of Sandbox.gitPull and gitPush. */
+export interface GitRemoteOptions {
+  /** Default origin. */
+  remote?: string;
+  branch?: string;
+  /** A secret (id) you own holding a token, brokered for the remote's host for this command. */
+  secret?: string;
+  timeoutSeconds?: number;
+}
+
+function gitRemote(path: string, o: GitRemoteOptions): T.GitRemoteRequest {
+  return { path, remote: o.remote, branch: o.branch, secret: o.secret, timeout_seconds: o.timeoutSeconds };
+}
 
 // ------------------------------------------------------------------ namespaces
 
@@ -729,8 +789,10 @@ export class Audit {
     }
   }
   verify(): Promise<T.VerifyReport> { return this.tr.call("GET", "/v1/audit/verify", { idempotent: true }); }
+  /** Where the retained log starts after audit retention (size 0: nothing deleted). */
+  anchor(): Promise<T.AuditAnchor> { return this.tr.call("GET", "/v1/audit/anchor", { idempotent: true }); }
 }
-op("listAudit", "verifyAudit");
+op("listAudit", "verifyAudit", "getAuditAnchor");
 
 export class Policies {
   constructor(private tr: Transport) {}
@@ -891,8 +953,57 @@ export class Volumes {
     return this.tr.call("PUT", `/v1/volumes/${seg(name)}/files`, { query: { path, mode: o.mode === undefined ? undefined : o.mode.toString(8).padStart(4, "0") },
       body: data, contentType: "application/octet-stream", idempotent: true, stream: true });
   }
+  /**
+   * Takes a point-in-time copy of volume `name`, mounted by a sandbox or not (a mounted one is
+   * frozen for the copy), named `snapshot` (default `snap-<time>`).
+   */
+  snapshot(name: string, snapshot?: string): Promise<T.VolumeSnapshot> {
+    return this.tr.call("POST", `/v1/volumes/${seg(name)}/snapshots`, { json: clean({ name: snapshot }) });
+  }
+  /** The volume's snapshots, oldest first. */
+  async snapshots(name: string): Promise<T.VolumeSnapshot[]> {
+    return (await this.tr.call<T.ListVolumeSnapshotsResponse>("GET", `/v1/volumes/${seg(name)}/snapshots`, { idempotent: true })).snapshots ?? [];
+  }
+  async deleteSnapshot(name: string, snapshot: string): Promise<void> {
+    await this.tr.call("DELETE", `/v1/volumes/${seg(name)}/snapshots/${seg(snapshot)}`, { idempotent: true });
+  }
+  /**
+   * Replaces the volume's files with those of one of its snapshots, atomically; refused
+   * (ConflictError) while a live sandbox mounts the volume.
+   */
+  restore(name: string, snapshot: string): Promise<T.Volume> {
+    return this.tr.call("POST", `/v1/volumes/${seg(name)}/restore`, { json: { snapshot }, idempotent: true });
+  }
+  /**
+   * Makes volume `name` holding the files of `snapshot` of your volume `volume`, of the
+   * snapshot's size (shorthand for create with `from_snapshot`).
+   */
+  createFromSnapshot(name: string, volume: string, snapshot: string): Promise<T.Volume> {
+    return this.create({ name, from_snapshot: { volume, snapshot } });
+  }
 }
-op("createVolume", "listVolumes", "getVolume", "deleteVolume", "resizeVolume", "readVolumeFile", "writeVolumeFile");
+op("createVolume", "listVolumes", "getVolume", "deleteVolume", "resizeVolume", "readVolumeFile", "writeVolumeFile",
+  "createVolumeSnapshot", "listVolumeSnapshots", "deleteVolumeSnapshot", "restoreVolume");
+
+/**
+ * Outgoing webhooks: endpoints that receive the audit events they name, signed in the
+ * Standard Webhooks format (scope webhooks:admin).
+ */
+export class Webhooks {
+  constructor(private tr: Transport) {}
+  /** The endpoints (the config file's first, then the API's) with their delivery state. */
+  async list(): Promise<T.Webhook[]> { return (await this.tr.call<T.ListWebhooksResponse>("GET", "/v1/webhooks", { idempotent: true })).webhooks ?? []; }
+  get(name: string): Promise<T.Webhook> { return this.tr.call("GET", `/v1/webhooks/${seg(name)}`, { idempotent: true }); }
+  /** Adds an endpoint; it gets the events written from now on. */
+  create(def: T.WebhookWrite): Promise<T.Webhook> { return this.tr.call("POST", "/v1/webhooks", { json: def }); }
+  /** Replaces an API-made endpoint's definition; it keeps its place in the log. */
+  update(name: string, def: T.WebhookWrite): Promise<T.Webhook> { return this.tr.call("PUT", `/v1/webhooks/${seg(name)}`, { json: def, idempotent: true }); }
+  /** Stops and removes an API-made endpoint. */
+  async delete(name: string): Promise<void> { await this.tr.call("DELETE", `/v1/webhooks/${seg(name)}`, { idempotent: true }); }
+  /** Sends a signed `webhook.test` ping now; a receiver's refusal is `ok: false`, not an error. */
+  test(name: string): Promise<T.WebhookTestResult> { return this.tr.call("POST", `/v1/webhooks/${seg(name)}/test`); }
+}
+op("listWebhooks", "getWebhook", "createWebhook", "updateWebhook", "deleteWebhook", "testWebhook");
 
 /** Request middleware of the guard. */
 export class Middleware {
@@ -968,6 +1079,7 @@ export class Warden {
   readonly monitor: Monitor;
   readonly llm: LLM;
   readonly snapshots: Snapshots;
+  readonly webhooks: Webhooks;
 
   constructor(opts: ClientOptions = {}) {
     this.transport = new Transport(opts);
@@ -986,6 +1098,7 @@ export class Warden {
     this.monitor = new Monitor(this.transport);
     this.llm = new LLM(this.transport);
     this.snapshots = new Snapshots(this.transport);
+    this.webhooks = new Webhooks(this.transport);
   }
 
   get baseUrl(): string { return this.transport.baseUrl; }

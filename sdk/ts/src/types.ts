@@ -237,6 +237,35 @@ export interface VolumeCreate {
   name: string;
   /** The quota in MiB, 16 to 1048576. */
   size_mb?: number;
+  /**
+   * Make the volume from a snapshot of one of the caller's volumes: it holds the snapshot's
+   * files and has its size (give no size_mb).
+   */
+  from_snapshot?: VolumeCreateFromSnapshot;
+}
+
+/**
+ * Make the volume from a snapshot of one of the caller's volumes: it holds the snapshot's
+ * files and has its size (give no size_mb).
+ */
+export interface VolumeCreateFromSnapshot {
+  /** The volume the snapshot is of. */
+  volume: string;
+  /** The snapshot's name. */
+  snapshot: string;
+}
+
+export interface VolumeSnapshot {
+  id: string;
+  name: string;
+  /** The volume's name. */
+  volume: string;
+  volume_id: string;
+  /** The volume's size when the snapshot was taken. */
+  size_bytes: number;
+  /** What the snapshot's copy occupies on the host. */
+  stored_bytes: number;
+  created_at: string;
 }
 
 export interface VolumeResize {
@@ -744,7 +773,7 @@ export interface TemplateStartReady {
 export interface ImportRequest {
   /** The template to create, `name[:tag]`. */
   name: string;
-  /** Image reference */
+  /** Image reference, such as `registry.example.com/team/python:3.12`. */
   image: string;
   username?: string;
   password?: string;
@@ -846,6 +875,75 @@ export interface SecretVersionsItem {
   fingerprint?: string;
 }
 
+export interface GitCloneRequest {
+  /** An https:// URL on a DNS name; no user information, query or fragment. */
+  url: string;
+  /**
+   * Where to clone: relative to the user's home, or absolute below /home, /root, /workspace,
+   * /mnt, /data or /tmp. Default: the repository's name.
+   */
+  path?: string;
+  branch?: string;
+  /** A shallow clone of this many commits (0 = full). */
+  depth?: number;
+  /**
+   * A secret (id) the caller owns whose value is the token, brokered for the URL's host for
+   * this command.
+   */
+  secret?: string;
+  /** Default 600. */
+  timeout_seconds?: number;
+}
+
+export interface GitRemoteRequest {
+  path: string;
+  remote?: string;
+  branch?: string;
+  /**
+   * A secret (id) the caller owns whose value is the token, brokered for the remote's host for
+   * this command.
+   */
+  secret?: string;
+  timeout_seconds?: number;
+}
+
+export interface GitCommitRequest {
+  path: string;
+  message: string;
+  author_name?: string;
+  author_email?: string;
+  /**
+   * Stage every change first, new and deleted files included (`git add --all`); false commits
+   * what is staged.
+   */
+  all?: boolean;
+  timeout_seconds?: number;
+}
+
+export interface GitResult {
+  /** The repository's absolute path in the sandbox. */
+  path: string;
+  exit_code: number;
+  /** The last 32 KiB of git's standard output. */
+  stdout: string;
+  /** The last 32 KiB of git's standard error. */
+  stderr: string;
+  /** The commit HEAD names after the command (clone, pull, commit, push, status). */
+  head?: string;
+  /** status: the current branch (absent when detached). */
+  branch?: string;
+  /** status: the upstream branch. */
+  upstream?: string;
+  /** status: commits not on the upstream. */
+  ahead?: number;
+  /** status: upstream commits not here. */
+  behind?: number;
+  /** status: no change and no untracked file. */
+  clean?: boolean;
+  /** status: one `git status --porcelain=v2` line per changed or untracked path. */
+  changes?: string[];
+}
+
 export interface Grant {
   id?: string;
   secret_id?: string;
@@ -865,8 +963,20 @@ export interface Grant {
   header?: string;
   path_prefix?: string;
   env_name?: string;
+  /**
+   * How the placeholder sits in the header: as is (empty), or `basic`: inside the base64
+   * credentials of `Basic ...` (git and other HTTP Basic clients), where the broker decodes
+   * them, puts the value in and encodes them again.
+   */
+  format?: "" | "basic";
   placeholder?: string;
   created?: string;
+  /**
+   * `agent:NAME` for a grant a hosted agent's spec `secrets` keeps on its run's sandbox
+   * (docs/agents.md); `git-helper` for the grant a git helper makes for one command
+   * (docs/persistence.md).
+   */
+  managed_by?: string;
   revoked?: boolean;
 }
 
@@ -1286,8 +1396,16 @@ export interface AgentSpec {
   sandbox?: "fresh" | "persistent";
   /** Virtual MCP servers granted to the agent's principal. */
   mcp_servers?: string[];
-  /** Secrets the agent may use (recorded). */
-  secrets?: string[];
+  /**
+   * Brokered secrets of each run's sandbox: for each entry the run's sandbox gets a grant of
+   * the secret (a secret of the agent's owner, by name, or its ID) on `hosts`, revoked when
+   * the sandbox ends (a persistent sandbox's grants follow the spec). The value never enters
+   * the sandbox: `env_name` holds a placeholder the broker swaps in `header`. The author must
+   * own each secret (or be an admin): 403 otherwise. The older form, a bare name, is refused
+   * in new definitions (kept in stored versions, granting nothing).
+   */
+  secrets?: Array<string | AgentSpecSecretsItem2>;
+  memory?: AgentSpecMemory;
   /** Scopes of each run's key (default mcp:use, llm:use). */
   scopes?: Scope[];
   /**
@@ -1298,10 +1416,34 @@ export interface AgentSpec {
   llm_budget?: string | AgentSpecLlmBudget2;
   network?: NetworkPolicy;
   limits?: AgentSpecLimits;
-  /** Governance policies that apply (recorded). */
+  /**
+   * IDs of governance policies attached to the agent's principal: they apply to its runs'
+   * actions besides their own scope. Changing them needs scope policies:write (403); an
+   * unknown ID is refused.
+   */
   policies?: string[];
   concurrency?: number;
   triggers?: AgentSpecTriggers;
+}
+
+export interface AgentSpecSecretsItem2 {
+  /** A secret's name (of the agent's owner) or ID. */
+  secret: string;
+  /** Exact names or *.example.com. */
+  hosts: string[];
+  header?: string;
+  path_prefix?: string;
+  /** The variable holding the placeholder (not WARDEN_*). */
+  env_name?: string;
+}
+
+export interface AgentSpecMemory {
+  /**
+   * A memory shared by every agent naming it (namespace team.NAME), reached with the memory
+   * tools' scope team. Owned by the owner of the first agent naming it; only that owner's
+   * agents (or an admin's) may join (403).
+   */
+  team?: string;
 }
 
 export interface AgentSpecLlmBudget2 {
@@ -1362,7 +1504,7 @@ export interface Agent {
   webhook_path: string;
   /** Signs webhooks; returned on creation only. */
   webhook_secret?: string;
-  /** The persistent sandbox */
+  /** The persistent sandbox, if any. */
   sandbox_id?: string;
   created_at: string;
   updated_at: string;
@@ -1459,10 +1601,11 @@ export interface AgentLogLine {
 
 /**
  * Permission carried by an API key. `admin` implies every scope, except that an agent
- * principal never holds `policies:write`, `approvals:decide`, `mcp:admin` or `agents:write`;
- * `sandboxes:all` lifts the rule that principals see and touch only their own sandboxes.
+ * principal never holds `policies:write`, `approvals:decide`, `mcp:admin`, `agents:write`,
+ * `memory:read`, `memory:review` or `webhooks:admin`; `sandboxes:all` lifts the rule that
+ * principals see and touch only their own sandboxes.
  */
-export type Scope = "sandboxes:create" | "sandboxes:read" | "sandboxes:exec" | "sandboxes:delete" | "sandboxes:all" | "files:read" | "files:write" | "keys:manage" | "audit:read" | "templates:read" | "templates:write" | "secrets:read" | "secrets:write" | "metrics:read" | "policies:read" | "policies:write" | "approvals:decide" | "mcp:admin" | "mcp:use" | "llm:use" | "agents:read" | "agents:write" | "agents:run" | "monitor:read" | "monitor:write" | "memory:read" | "memory:review" | "admin";
+export type Scope = "sandboxes:create" | "sandboxes:read" | "sandboxes:exec" | "sandboxes:delete" | "sandboxes:all" | "files:read" | "files:write" | "keys:manage" | "audit:read" | "templates:read" | "templates:write" | "secrets:read" | "secrets:write" | "metrics:read" | "policies:read" | "policies:write" | "approvals:decide" | "mcp:admin" | "mcp:use" | "llm:use" | "agents:read" | "agents:write" | "agents:run" | "monitor:read" | "monitor:write" | "memory:read" | "memory:review" | "webhooks:admin" | "admin";
 
 export interface Principal {
   /** Principal ID, `pr-` followed by a unique suffix. */
@@ -1566,7 +1709,7 @@ export interface MonitorEvent {
   action?: string;
   target?: string;
   outcome?: "success" | "denied" | "error";
-  /** The rule that decided */
+  /** The rule that decided, if one did. */
   rule_id?: string;
   detail?: Record<string, unknown>;
   /**
@@ -1641,7 +1784,8 @@ export interface ClaudeCodeHookOutputHookSpecificOutput {
 
 export interface VerifyProblem {
   seq: number;
-  kind: "modified" | "missing" | "reordered" | "broken_chain";
+  /** `anchor`: the retention anchor that stands for the deleted oldest events was altered. */
+  kind: "modified" | "missing" | "reordered" | "broken_chain" | "anchor";
   message: string;
 }
 
@@ -1706,6 +1850,16 @@ export interface UsageRow {
   paused_seconds: number;
   /** Sum over the sandboxes of the most disk each held in the range (0 where unknown). */
   disk_bytes: number;
+  /**
+   * group_by=principal: how many persistent volumes the principal owns now (0 for other
+   * groupings).
+   */
+  volumes?: number;
+  /**
+   * group_by=principal: bytes the principal's volumes' filesystems use now, at the time of the
+   * report, not over the range (volumes are not metered hourly).
+   */
+  volume_bytes?: number;
 }
 
 export interface UsageReport {
@@ -1718,11 +1872,107 @@ export interface UsageReport {
   rows: UsageRow[];
 }
 
+export interface WebhookWrite {
+  /** Required to create; on update, when given, the path's name. */
+  name?: string;
+  /** Where deliveries are POSTed: https (http only with webhooks.allow_http). */
+  url: string;
+  /**
+   * ID of the secret (warden secrets) holding the signing key: whsec_ and the key in base64,
+   * or the raw key (at least 16 bytes).
+   */
+  secret: string;
+  /** Event types (audit actions, llm.budget_exceeded) or globs of them. */
+  events: string[];
+  /** Only events with these outcomes; empty or absent for all. */
+  outcomes?: Array<"success" | "denied" | "error">;
+  /** Tries per event before it is given up on (0 or absent: 12). */
+  max_attempts?: number;
+  /** Deliver (default true); false keeps the endpoint without delivering. */
+  enabled?: boolean;
+}
+
+export interface Webhook {
+  name: string;
+  /** config: the config file's (read-only here); api: made through the API. */
+  source: "config" | "api";
+  url: string;
+  /** ID of the signing key's secret. */
+  secret: string;
+  events: string[];
+  outcomes: string[];
+  max_attempts: number;
+  enabled: boolean;
+  /** The principal that made it (api endpoints). */
+  created_by?: string;
+  created_at?: string;
+  updated_at?: string;
+  delivery: WebhookDelivery;
+}
+
+/** Where the endpoint's deliveries stand (kept across restarts). */
+export interface WebhookDelivery {
+  /** A deliverer runs for the endpoint. */
+  running: boolean;
+  /** Seq of the last audit event handled (delivered, skipped or given up on). */
+  cursor: number;
+  /** Tries so far of the event in hand (0 when none is failing). */
+  attempts: number;
+  /** Events the receiver acknowledged. */
+  delivered: number;
+  /** Events given up on after max_attempts or a refused destination. */
+  given_up: number;
+  last_attempt_at?: string;
+  /** The receiver's HTTP status at the last attempt (absent when none answered). */
+  last_status?: number;
+  /** Why the last attempt failed (absent when it succeeded). */
+  last_error?: string;
+  last_delivered_at?: string;
+}
+
+export interface WebhookTestResult {
+  message_id: string;
+  /** The receiver answered 2xx. */
+  ok: boolean;
+  /** The receiver's HTTP status (absent when none answered). */
+  status_code?: number;
+  /** Why it failed (no answer, a refused destination, a non-2xx status, an unreadable key). */
+  error?: string;
+  duration_ms: number;
+}
+
 export interface VerifyReport {
   ok: boolean;
   /** Number of events checked. */
   checked: number;
   problems: VerifyProblem[];
+  /**
+   * How many of the oldest events audit retention deleted (events 1 to `pruned`); the check
+   * starts after them. Absent when none were.
+   */
+  pruned?: number;
+}
+
+export interface AuditAnchor {
+  /** How many of the oldest events were deleted (events 1 to `size`); 0 when none. */
+  size: number;
+  /** Event `size`'s hash (hex), which the first retained event links to. */
+  hash?: string;
+  /** The signed checkpoint of exactly `size` events. */
+  checkpoint?: AuditAnchorCheckpoint;
+  /**
+   * Merkle subtree hashes of the deleted events' tree, "level/index" (2^level leaves from leaf
+   * index*2^level, counted from 0) to base64 SHA-256.
+   */
+  nodes: Record<string, string>;
+  pruned_at?: string;
+}
+
+/** The signed checkpoint of exactly `size` events. */
+export interface AuditAnchorCheckpoint {
+  n: number;
+  /** The signed note, as published. */
+  note: string;
 }
 
 export interface ListPoliciesResponse {
@@ -1761,6 +2011,10 @@ export interface WriteVolumeFileResponse {
   path: string;
   /** Bytes written. */
   size: number;
+}
+
+export interface ListVolumeSnapshotsResponse {
+  snapshots: VolumeSnapshot[];
 }
 
 export interface ListAgentsResponse {
@@ -1815,6 +2069,10 @@ export interface ListGrantsResponse {
   grants?: Grant[];
 }
 
+export interface ListWebhooksResponse {
+  webhooks: Webhook[];
+}
+
 /** HTTP status of each stable error code. */
 export const ERROR_STATUS: Readonly<Record<string, number>> = {
   bad_request: 400,
@@ -1856,6 +2114,8 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   createSandbox: ["POST", "/v1/sandboxes"],
   createSnapshot: ["POST", "/v1/sandboxes/{id}/snapshots"],
   createVolume: ["POST", "/v1/volumes"],
+  createVolumeSnapshot: ["POST", "/v1/volumes/{name}/snapshots"],
+  createWebhook: ["POST", "/v1/webhooks"],
   deleteAgent: ["DELETE", "/v1/agents/{name}"],
   deleteCodeContext: ["DELETE", "/v1/sandboxes/{id}/code/contexts/{ctx}"],
   deleteMCPConnector: ["DELETE", "/v1/mcp/connectors/{id}"],
@@ -1867,6 +2127,8 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   deleteSnapshot: ["DELETE", "/v1/snapshots/{name}"],
   deleteTemplate: ["DELETE", "/v1/templates/{name}"],
   deleteVolume: ["DELETE", "/v1/volumes/{name}"],
+  deleteVolumeSnapshot: ["DELETE", "/v1/volumes/{name}/snapshots/{snapshot}"],
+  deleteWebhook: ["DELETE", "/v1/webhooks/{name}"],
   diffMemory: ["GET", "/v1/agents/{name}/memory/diff"],
   downloadArchive: ["GET", "/v1/sandboxes/{id}/archive"],
   evalGuard: ["POST", "/v1/guard/eval"],
@@ -1877,6 +2139,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   getAgentRun: ["GET", "/v1/agent-runs/{id}"],
   getAgentRunLogs: ["GET", "/v1/agent-runs/{id}/logs"],
   getApproval: ["GET", "/v1/approvals/{id}"],
+  getAuditAnchor: ["GET", "/v1/audit/anchor"],
   getHealth: ["GET", "/healthz"],
   getLLMBudgets: ["GET", "/v1/llm/budgets"],
   getLLMPrices: ["GET", "/v1/llm/prices"],
@@ -1896,6 +2159,12 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   getTemplate: ["GET", "/v1/templates/{name}"],
   getUsage: ["GET", "/v1/usage"],
   getVolume: ["GET", "/v1/volumes/{name}"],
+  getWebhook: ["GET", "/v1/webhooks/{name}"],
+  gitClone: ["POST", "/v1/sandboxes/{id}/git/clone"],
+  gitCommit: ["POST", "/v1/sandboxes/{id}/git/commit"],
+  gitPull: ["POST", "/v1/sandboxes/{id}/git/pull"],
+  gitPush: ["POST", "/v1/sandboxes/{id}/git/push"],
+  gitStatus: ["GET", "/v1/sandboxes/{id}/git/status"],
   grantMCPServer: ["PUT", "/v1/mcp/servers/{id}/grants/{principal}"],
   importTemplate: ["POST", "/v1/templates/import"],
   ingestMonitorEvents: ["POST", "/v1/monitor/events"],
@@ -1924,7 +2193,9 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   listSecrets: ["GET", "/v1/secrets"],
   listSnapshots: ["GET", "/v1/snapshots"],
   listTemplates: ["GET", "/v1/templates"],
+  listVolumeSnapshots: ["GET", "/v1/volumes/{name}/snapshots"],
   listVolumes: ["GET", "/v1/volumes"],
+  listWebhooks: ["GET", "/v1/webhooks"],
   makeDir: ["POST", "/v1/sandboxes/{id}/fs/mkdir"],
   moveFile: ["POST", "/v1/sandboxes/{id}/fs/move"],
   openPty: ["GET", "/v1/sandboxes/{id}/pty"],
@@ -1949,6 +2220,7 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   resetLLMPrices: ["DELETE", "/v1/llm/prices"],
   resizeVolume: ["POST", "/v1/volumes/{name}/resize"],
   restartCodeContext: ["POST", "/v1/sandboxes/{id}/code/contexts/{ctx}/restart"],
+  restoreVolume: ["POST", "/v1/volumes/{name}/restore"],
   resumeSandbox: ["POST", "/v1/sandboxes/{id}/resume"],
   revokeGrant: ["DELETE", "/v1/grants/{id}"],
   revokeKey: ["DELETE", "/v1/keys/{id}"],
@@ -1970,11 +2242,13 @@ export const OPERATIONS: Readonly<Record<string, readonly [string, string]>> = {
   testGuard: ["POST", "/v1/guard/test"],
   testMiddleware: ["POST", "/v1/middleware/test"],
   testPolicy: ["POST", "/v1/policies/test"],
+  testWebhook: ["POST", "/v1/webhooks/{name}/test"],
   unpublishPort: ["DELETE", "/v1/sandboxes/{id}/ports/{port}"],
   updateAgent: ["PUT", "/v1/agents/{name}"],
   updateMCPConnector: ["PUT", "/v1/mcp/connectors/{id}"],
   updateMCPServer: ["PUT", "/v1/mcp/servers/{id}"],
   updatePolicy: ["PUT", "/v1/policies/{id}"],
+  updateWebhook: ["PUT", "/v1/webhooks/{name}"],
   uploadArchive: ["PUT", "/v1/sandboxes/{id}/archive"],
   verifyAudit: ["GET", "/v1/audit/verify"],
   watchDir: ["GET", "/v1/sandboxes/{id}/fs/watch"],
