@@ -133,7 +133,8 @@ type createSandboxRequest struct {
 	Volumes        []volume.Request  `json:"volumes"`
 	// Snapshot starts the sandbox from the caller's snapshot (by name or
 	// id; snapshots.go) instead of a template.
-	Snapshot string `json:"snapshot"`
+	Snapshot string          `json:"snapshot"`
+	memSnap  *store.Snapshot // Snapshot's, when it keeps memory (snapshot_memory.go)
 	// Lifetimes (internal/sandbox/lifetime.go).
 	IdleTimeoutSeconds     *int64 `json:"idle_timeout_seconds"`
 	MaxLifetimeSeconds     *int64 `json:"max_lifetime_seconds"`
@@ -189,6 +190,15 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := s.decide(r, &govern.Action{Create: createAction(q)}); err != nil {
 		return err
+	}
+	if q.memSnap != nil {
+		if sb, ok, err := s.restoreSnapshot(r, q); ok || err != nil {
+			if err != nil {
+				return nameErr(err)
+			}
+			st.target = sb.ID
+			return writeJSON(w, http.StatusCreated, toSandbox(sb))
+		}
 	}
 	start := time.Now()
 	sb, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{

@@ -31,11 +31,15 @@ type snapshotJSON struct {
 	TemplateID string    `json:"template_id"`
 	SizeBytes  int64     `json:"size_bytes"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Memory: the snapshot also keeps the sandbox's memory (snapshot_memory.go).
+	Memory        bool   `json:"memory"`
+	MemoryBackend string `json:"memory_backend,omitempty"`
 }
 
 func toSnapshotJSON(s store.Snapshot) snapshotJSON {
 	return snapshotJSON{ID: s.ID, Name: s.Name, Owner: s.Owner, SandboxID: s.SandboxID, Template: s.Template,
-		TemplateID: s.TemplateID, SizeBytes: s.SizeBytes, CreatedAt: s.CreatedAt}
+		TemplateID: s.TemplateID, SizeBytes: s.SizeBytes, CreatedAt: s.CreatedAt,
+		Memory: s.MemoryRef != "", MemoryBackend: s.MemoryBackend}
 }
 
 func (s *Server) snapshots() (*snapshot.Service, error) {
@@ -65,7 +69,8 @@ func (s *Server) snapshotOf(r *http.Request) (*snapshot.Service, store.Snapshot,
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	var q struct {
-		Name string `json:"name"`
+		Name   string `json:"name"`
+		Memory bool   `json:"memory"`
 	}
 	if err := decodeJSON(r, &q, false); err != nil {
 		return err
@@ -88,7 +93,12 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sn, err := ss.Create(r.Context(), st.principal, sb.ID, q.Name)
+	create := ss.Create
+	if q.Memory {
+		st.detail["memory"] = true
+		create = ss.CreateWithMemory
+	}
+	sn, err := create(r.Context(), st.principal, sb.ID, q.Name)
 	if err != nil {
 		return err
 	}
@@ -200,6 +210,9 @@ func (s *Server) snapshotTemplate(r *http.Request, q *createSandboxRequest) erro
 		return err
 	}
 	st.detail["snapshot"] = sn.ID
+	if sn.MemoryRef != "" {
+		q.memSnap = &sn
+	}
 	tmpl := sn.TemplateID
 	q.Template = &tmpl
 	return nil

@@ -22,13 +22,17 @@ func snapshotCmd() *command {
 }
 
 func snapshotCreateCmd() *command {
+	var memory bool
 	c := &command{
 		name:     "create",
 		args:     "SANDBOX [NAME]",
 		short:    "Snapshot a sandbox's files",
 		long:     "Capture the files of SANDBOX (running or paused; it keeps running) as snapshot NAME\n(default: the snapshot's id).",
-		examples: []string{"warden snapshot create sb-abc good-state"},
+		examples: []string{"warden snapshot create sb-abc good-state", "warden snapshot create --memory sb-abc warm"},
 		json:     true,
+	}
+	c.flags = func(fs *flagSet) {
+		fs.Bool(&memory, "memory", "also keep the running sandbox's memory (gvisor): sandboxes from it run on")
 	}
 	c.run = func(ctx context.Context, r *runner, args []string) error {
 		if len(args) < 1 || len(args) > 2 {
@@ -42,7 +46,11 @@ func snapshotCreateCmd() *command {
 		if err != nil {
 			return err
 		}
-		s, err := cl.CreateSnapshot(ctx, args[0], name)
+		create := cl.CreateSnapshot
+		if memory {
+			create = cl.CreateSnapshotWithMemory
+		}
+		s, err := create(ctx, args[0], name)
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,9 @@ type ForkRequest struct {
 	// Name is the fork's name (see names.go); only a fork of one sandbox
 	// may have one. A fork without one has none: names are not inherited.
 	Name string
+	// fromSnapshot: a start from a snapshot's memory image (memsnap.go),
+	// recorded as metadata snapshot=<id> instead of forked_from.
+	fromSnapshot string
 }
 
 // fork makes n new sandboxes from a running sandbox's memory and files, on
@@ -149,7 +152,11 @@ func (m *Manager) restoreFork(ctx context.Context, id string, sn backend.Snapsho
 	if md == nil {
 		md = map[string]string{}
 	}
-	md["forked_from"] = src.ID
+	if req.fromSnapshot != "" {
+		md["snapshot"] = req.fromSnapshot
+	} else {
+		md["forked_from"] = src.ID
+	}
 	maps.Copy(md, req.Metadata)
 	now := time.Now().UTC()
 	lc := src.Lifecycle

@@ -103,6 +103,16 @@ func newID() string {
 // frozen while its files are copied). The caller has checked that owner
 // may act on the sandbox.
 func (s *Service) Create(ctx context.Context, owner, sandboxID, name string) (store.Snapshot, error) {
+	return s.create(ctx, owner, sandboxID, name, false)
+}
+
+// CreateWithMemory is Create that also keeps a memory image of the
+// sandbox (memory.go), which must be running on a backend that can.
+func (s *Service) CreateWithMemory(ctx context.Context, owner, sandboxID, name string) (store.Snapshot, error) {
+	return s.create(ctx, owner, sandboxID, name, true)
+}
+
+func (s *Service) create(ctx context.Context, owner, sandboxID, name string, memory bool) (store.Snapshot, error) {
 	id := newID()
 	if name == "" {
 		name = id
@@ -138,6 +148,18 @@ func (s *Service) Create(ctx context.Context, owner, sandboxID, name string) (st
 			}
 		}
 	}()
+	var mem memoryImage
+	if memory {
+		var err error
+		if mem, err = s.keepMemory(ctx, sandboxID); err != nil {
+			return store.Snapshot{}, err
+		}
+		defer func() {
+			if failed {
+				s.dropMemory(mem)
+			}
+		}()
+	}
 	sb, err := s.sbx.CaptureFS(ctx, sandboxID, func(target string) (string, error) {
 		d, err := s.tmpl.TempDir("snapshot-")
 		if err != nil {
@@ -194,7 +216,7 @@ func (s *Service) Create(ctx context.Context, owner, sandboxID, name string) (st
 		return store.Snapshot{}, err
 	}
 	snap := store.Snapshot{ID: id, Name: name, Owner: owner, SandboxID: sb.ID, Template: sb.Template,
-		TemplateID: mid, SizeBytes: size, CreatedAt: m.Created}
+		TemplateID: mid, SizeBytes: size, CreatedAt: m.Created, MemoryBackend: mem.backend, MemoryRef: mem.ref}
 	if err := s.st.CreateSnapshot(ctx, snap); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return store.Snapshot{}, fmt.Errorf("%w: you have a snapshot called %q", ErrNameTaken, name)
@@ -285,6 +307,7 @@ func (s *Service) Delete(ctx context.Context, sn store.Snapshot) error {
 	if err != nil {
 		return err
 	}
+	s.dropMemory(memoryImage{backend: sn.MemoryBackend, ref: sn.MemoryRef})
 	s.collectLater()
 	return nil
 }

@@ -18,6 +18,11 @@ type Snapshot struct {
 	TemplateID string    `json:"template_id"` // the manifest the snapshot is
 	SizeBytes  int64     `json:"size_bytes"`  // of the captured layers
 	CreatedAt  time.Time `json:"created_at"`
+	// MemoryBackend and MemoryRef: the memory image kept with the snapshot
+	// (opt-in, backends that can: gvisor), the backend that wrote it and
+	// its reference (JSON of backend.SnapshotRef); "" for none.
+	MemoryBackend string `json:"memory_backend,omitempty"`
+	MemoryRef     string `json:"memory_ref,omitempty"`
 }
 
 // SnapshotStore persists snapshots.

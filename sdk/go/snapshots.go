@@ -20,15 +20,33 @@ type Snapshot struct {
 	TemplateID string    `json:"template_id"` // the template version the snapshot is
 	SizeBytes  int64     `json:"size_bytes"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Memory: the snapshot also keeps a memory image (CreateSnapshotWithMemory) for
+	// backend MemoryBackend; sandboxes created from it there run on from that moment.
+	Memory        bool   `json:"memory"`
+	MemoryBackend string `json:"memory_backend,omitempty"`
 }
 
 // CreateSnapshot captures the files of sandbox id (running or paused; it keeps
 // running) as a snapshot called name ("": named by its id).
 func (c *Client) CreateSnapshot(ctx context.Context, id, name string) (Snapshot, error) {
+	return c.createSnapshot(ctx, id, name, false)
+}
+
+// CreateSnapshotWithMemory is CreateSnapshot that also keeps an image of the running
+// sandbox's memory (backends that can fork: gvisor; others answer 422): sandboxes
+// created from the snapshot on that backend run on from the captured moment.
+func (c *Client) CreateSnapshotWithMemory(ctx context.Context, id, name string) (Snapshot, error) {
+	return c.createSnapshot(ctx, id, name, true)
+}
+
+func (c *Client) createSnapshot(ctx context.Context, id, name string, memory bool) (Snapshot, error) {
 	var s Snapshot
-	body := map[string]string{}
+	body := map[string]any{}
 	if name != "" {
 		body["name"] = name
+	}
+	if memory {
+		body["memory"] = true
 	}
 	if err := c.do(ctx, &request{method: http.MethodPost, path: pathf("/v1/sandboxes/%s/snapshots", id), json: body}, &s); err != nil {
 		return s, fmt.Errorf("snapshot sandbox %s: %w", id, err)

@@ -71,6 +71,11 @@ func TestGVisor(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// A snapshot with memory (kept under the state directory across the
+	// restart below); a sandbox from it runs on later in this test.
+	if sn, err := c.CreateSnapshotWithMemory(ctx, sb.ID, "gmem"); err != nil || !sn.Memory || sn.MemoryBackend != "gvisor" {
+		t.Fatalf("snapshot with memory: %+v %v\n%s", sn, err, d.log)
+	}
 	pid0, n0 := readCounter(sb.ID)
 	before, err := c.Usage(ctx, sb.ID)
 	if err != nil {
@@ -176,6 +181,43 @@ func TestGVisor(t *testing.T) {
 	if _, err := c.ForkSandbox(ctx, nat.ID, warden.ForkRequest{}); !warden.IsConflict(err) {
 		t.Fatalf("fork of a native sandbox: %v, want 409", err)
 	}
+	// Native sandboxes keep no memory: 422 naming the capability, nothing made.
+	if _, err := c.CreateSnapshotWithMemory(ctx, nat.ID, "nmem"); !warden.IsValidationFailed(err) || !strings.Contains(err.Error(), "fork") {
+		t.Fatalf("snapshot with memory of a native sandbox: %v, want 422 naming fork", err)
+	}
+	if _, err := c.GetSnapshot(ctx, "nmem"); !warden.IsNotFound(err) {
+		t.Fatalf("refused memory snapshot left a snapshot: %v", err)
+	}
+	// A gvisor sandbox from the memory snapshot (taken before the restart)
+	// runs the source's counter on, in the same process, from where it was
+	// then; its in-memory /tmp is the source's.
+	if _, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{Snapshot: "gmem", Isolation: "gvisor", Env: map[string]string{"A": "b"}}); !warden.IsValidationFailed(err) {
+		t.Fatalf("restore from a memory snapshot with env: %v, want 422 (the source's settings apply)", err)
+	}
+	mem := create(t, c, warden.CreateSandboxRequest{Snapshot: "gmem", Isolation: "gvisor", Metadata: map[string]string{"try": "m"}})
+	if mem.Backend != "gvisor" || mem.Metadata["try"] != "m" || mem.Metadata["snapshot"] == "" {
+		t.Fatalf("sandbox from a memory snapshot: %+v", mem)
+	}
+	mp1, mn1 := readCounter(mem.ID)
+	time.Sleep(300 * time.Millisecond)
+	mp2, mn2 := readCounter(mem.ID)
+	if mp1 != pid0 || mp2 != pid0 || mn1 < 1 || mn2 <= mn1 {
+		t.Fatalf("from the memory snapshot: counter pid %d -> %d, count %d -> %d; want process %d counting on", mp1, mp2, mn1, mn2, pid0)
+	}
+	if got := sh(mem.ID, "cat /home/user/state"); got != "kept\n" {
+		t.Fatalf("from the memory snapshot: file %q", got)
+	}
+	kept := filepath.Join(state, "gvisor-snapshots", "*")
+	if m, _ := filepath.Glob(kept); len(m) != 1 {
+		t.Fatalf("kept memory images: %v, want 1", m)
+	}
+	if err := c.DeleteSnapshot(ctx, "gmem"); err != nil {
+		t.Fatalf("delete the memory snapshot: %v", err)
+	}
+	if m, _ := filepath.Glob(kept); len(m) != 0 {
+		t.Errorf("memory image left after its snapshot's delete: %v", m)
+	}
+	forks = append(forks, mem.ID)
 	for _, id := range append(forks, sb.ID, nat.ID) {
 		if err := c.KillSandbox(ctx, id); err != nil {
 			t.Fatal(err)

@@ -75,6 +75,10 @@ echo ok`
 		wantStatus(t, "duplicate name", err, 409)
 		_, err = c.CreateSnapshot(ctx, src.ID, "Bad/Name")
 		wantStatus(t, "invalid name", err, 422)
+		_, err = c.CreateSnapshotWithMemory(ctx, src.ID, "mem") // native: no memory snapshots
+		wantStatus(t, "memory snapshot of a native sandbox", err, 422)
+		_, err = c.GetSnapshot(ctx, "mem")
+		wantStatus(t, "refused memory snapshot", err, 404)
 		_, err = c.GetSnapshot(ctx, "nosuch")
 		wantStatus(t, "unknown snapshot", err, 404)
 		_, err = c.CreateSandbox(ctx, warden.CreateSandboxRequest{Snapshot: "nosuch"})

@@ -300,7 +300,7 @@ func (b *Backend) recoverInterrupted(ctx context.Context, bx *box, paused bool) 
 // open (gVisor closes them when its save ends), at most limit; it reports
 // whether it got there.
 func (b *Backend) waitSave(ctx context.Context, pid int, limit time.Duration) bool {
-	prefixes := []string{filepath.Clean(b.cfg.CheckpointDir) + "/", filepath.Join(b.cfg.RunDir, snapshotDir) + "/"}
+	prefixes := []string{filepath.Clean(b.cfg.CheckpointDir) + "/", filepath.Join(b.cfg.RunDir, snapshotDir) + "/", filepath.Clean(b.cfg.KeptSnapshotDir) + "/"}
 	deadline := time.Now().Add(limit)
 	for {
 		if !holdsUnder(pid, prefixes) {
@@ -678,6 +678,11 @@ type snapshotData struct {
 // for Restore, which keeps running (a pause of the time it takes to write
 // its memory, and its agent connections end as for Pause).
 func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.SnapshotRef, error) {
+	return b.snapshotIn(ctx, h, filepath.Join(b.cfg.RunDir, snapshotDir))
+}
+
+// snapshotIn is Snapshot writing the image under root (keep.go).
+func (b *Backend) snapshotIn(ctx context.Context, h backend.Handle, root string) (backend.SnapshotRef, error) {
 	bx, err := b.lookup(h)
 	if err != nil {
 		return backend.SnapshotRef{}, err
@@ -695,7 +700,6 @@ func (b *Backend) Snapshot(ctx context.Context, h backend.Handle) (backend.Snaps
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	id := "snap-" + hex.EncodeToString(rnd[:])
-	root := filepath.Join(b.cfg.RunDir, snapshotDir)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return backend.SnapshotRef{}, fmt.Errorf("snapshot: %w", err)
 	}
@@ -730,7 +734,7 @@ func (b *Backend) DeleteSnapshot(ctx context.Context, ref backend.SnapshotRef) e
 	if err := json.Unmarshal(ref.Data, &sd); err != nil {
 		return fmt.Errorf("snapshot %s: %w", ref.ID, err)
 	}
-	if filepath.Dir(sd.Dir) != filepath.Join(b.cfg.RunDir, snapshotDir) {
+	if !b.ownSnapshotDir(sd.Dir) {
 		return fmt.Errorf("snapshot %s: refusing to remove %q", ref.ID, sd.Dir)
 	}
 	return os.RemoveAll(sd.Dir)
@@ -748,7 +752,7 @@ func (b *Backend) StartFrom(ctx context.Context, h backend.Handle, ref backend.S
 	if err := json.Unmarshal(ref.Data, &sd); err != nil {
 		return h, fmt.Errorf("%w: snapshot %s: %w", backend.ErrInvalidSpec, ref.ID, err)
 	}
-	if filepath.Dir(sd.Dir) != filepath.Join(b.cfg.RunDir, snapshotDir) {
+	if !b.ownSnapshotDir(sd.Dir) {
 		return h, fmt.Errorf("%w: snapshot %s is not this backend's", backend.ErrInvalidSpec, ref.ID)
 	}
 	if _, err := os.Stat(filepath.Join(sd.Dir, "checkpoint.img")); err != nil {

@@ -192,8 +192,9 @@ func init() {
 		Fingerprint: runscID,
 		New: func(p backend.Params, decode func(any) error) (backend.Backend, error) {
 			c := Config{RunDir: filepath.Join(p.RunDir, ID), AgentPath: p.AgentPath,
-				CheckpointDir: filepath.Join(p.StateDir, "gvisor-checkpoints"),
-				DiskDir:       filepath.Join(p.StateDir, "disks", ID)}
+				CheckpointDir:   filepath.Join(p.StateDir, "gvisor-checkpoints"),
+				KeptSnapshotDir: filepath.Join(p.StateDir, "gvisor-snapshots"),
+				DiskDir:         filepath.Join(p.StateDir, "disks", ID)}
 			if err := decode(&c); err != nil {
 				return nil, fmt.Errorf("gvisor config: %w", err)
 			}
@@ -273,6 +274,10 @@ type Config struct {
 	// state directory, so a paused sandbox's memory leaves RAM and the
 	// sandbox survives a host reboot.
 	CheckpointDir string `json:"checkpoint_dir" yaml:"checkpoint_dir"`
+	// KeptSnapshotDir holds the memory images kept with named snapshots
+	// (keep.go; default RunDir/kept-snapshots, wardend puts it under its
+	// state directory): unlike fork images, they survive a restart.
+	KeptSnapshotDir string `json:"kept_snapshot_dir" yaml:"kept_snapshot_dir"`
 }
 
 func (c *Config) defaults() {
@@ -284,6 +289,9 @@ func (c *Config) defaults() {
 	}
 	if c.CheckpointDir == "" {
 		c.CheckpointDir = filepath.Join(c.RunDir, "checkpoints")
+	}
+	if c.KeptSnapshotDir == "" {
+		c.KeptSnapshotDir = filepath.Join(c.RunDir, "kept-snapshots")
 	}
 	if c.Platform == "" {
 		c.Platform = "systrap"

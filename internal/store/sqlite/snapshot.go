@@ -11,26 +11,30 @@ import (
 
 var _ store.SnapshotStore = (*Store)(nil)
 
-const snapshotColumns = `id, name, owner, sandbox_id, template, template_id, size_bytes, created_at`
+const snapshotColumns = `id, name, owner, sandbox_id, template, template_id, size_bytes, created_at, memory_ref, memory_backend`
 
 func scanSnapshot(r scanner) (store.Snapshot, error) {
 	var v store.Snapshot
 	var created sql.NullInt64
-	if err := r.Scan(&v.ID, &v.Name, &v.Owner, &v.SandboxID, &v.Template, &v.TemplateID, &v.SizeBytes, &created); err != nil {
+	var memRef, memBackend sql.NullString
+	if err := r.Scan(&v.ID, &v.Name, &v.Owner, &v.SandboxID, &v.Template, &v.TemplateID, &v.SizeBytes, &created, &memRef, &memBackend); err != nil {
 		return v, err
 	}
+	v.MemoryRef, v.MemoryBackend = memRef.String, memBackend.String
 	v.CreatedAt = fromNanos(created)
 	return v, nil
 }
 
 // CreateSnapshot implements store.SnapshotStore.
 func (s *Store) CreateSnapshot(ctx context.Context, v store.Snapshot) error {
-	if v.ID == "" || v.Name == "" || v.Owner == "" || v.TemplateID == "" || v.SizeBytes < 0 || v.CreatedAt.IsZero() {
+	if v.ID == "" || v.Name == "" || v.Owner == "" || v.TemplateID == "" || v.SizeBytes < 0 || v.CreatedAt.IsZero() ||
+		(v.MemoryRef == "") != (v.MemoryBackend == "") {
 		return fmt.Errorf("create snapshot %s: id, name, owner, template_id and created_at are required: %w", v.Name, store.ErrInvalid)
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			v.ID, v.Name, v.Owner, v.SandboxID, v.Template, v.TemplateID, v.SizeBytes, nanos(v.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			v.ID, v.Name, v.Owner, v.SandboxID, v.Template, v.TemplateID, v.SizeBytes, nanos(v.CreatedAt),
+			sql.NullString{String: v.MemoryRef, Valid: v.MemoryRef != ""}, sql.NullString{String: v.MemoryBackend, Valid: v.MemoryBackend != ""})
 		if isUnique(err) {
 			return fmt.Errorf("name or id in use: %w", store.ErrConflict)
 		}

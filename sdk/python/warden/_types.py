@@ -293,7 +293,11 @@ class CreateSandboxRequest(TypedDict):
     name: NotRequired[SandboxName]
     template: NotRequired[str]
     #: Start from the caller's snapshot (name or id; docs/persistence.md) instead of a
-    #: template; not with `template`.
+    #: template; not with `template`. A snapshot with a memory image (`memory`) on the
+    #: requested backend (isolation, or the default) restores it when no volumes are asked for:
+    #: the sandbox runs on from the captured moment with the source's settings (the request may
+    #: give only name, metadata, timeout_seconds and isolation; other settings answer 422);
+    #: otherwise it boots on the files.
     snapshot: NotRequired[str]
     #: The isolation backend. `native`: Linux namespaces, cgroups, seccomp and Landlock.
     #: `gvisor`: gVisor's user-space kernel (runsc), which can checkpoint to disk on pause and
@@ -364,6 +368,10 @@ class SnapshotCreate(TypedDict):
     #: 1 to 63 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit; unique per
     #: owner. Left out: the snapshot's id.
     name: NotRequired[str]
+    #: Also keep an image of the running sandbox's memory (backends with the `fork` capability:
+    #: gvisor; others answer 422; a sandbox with volumes 422). Sandboxes created from the
+    #: snapshot on that backend are restored from it.
+    memory: NotRequired[bool]
 
 
 class SnapshotPromote(TypedDict):
@@ -386,6 +394,10 @@ class Snapshot(TypedDict):
     #: Disk used by the captured files.
     size_bytes: int
     created_at: str
+    #: The snapshot also keeps a memory image (created with `memory`).
+    memory: NotRequired[bool]
+    #: The backend the memory image is for (with `memory`).
+    memory_backend: NotRequired[str]
 
 
 class VolumeCreate(TypedDict):

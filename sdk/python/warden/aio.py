@@ -513,9 +513,11 @@ class _AsyncSandboxGen:
         r = await self._tr.call('POST', self._p('/fork'), json=body)
         return [AsyncSandbox(self.client, s) for s in r.get('sandboxes') or []]
 
-    async def snapshot(self, name: str | None=None) -> t.Snapshot:
-        """Saves the sandbox's files (it keeps running) as a snapshot, named ``name`` or by its id."""
-        return await self._tr.call('POST', self._p('/snapshots'), json=_clean({'name': name}))
+    async def snapshot(self, name: str | None=None, memory: bool | None=None) -> t.Snapshot:
+        """Saves the sandbox's files (it keeps running) as a snapshot, named ``name`` or by its id.
+
+            ``memory=True`` also keeps its memory (gvisor): sandboxes from it run on from that moment."""
+        return await self._tr.call('POST', self._p('/snapshots'), json=_clean({'name': name, 'memory': memory}))
 
     async def network(self) -> t.NetworkStatus:
         return await self._tr.call('GET', self._p('/network'), idempotent=True)

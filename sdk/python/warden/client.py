@@ -619,9 +619,11 @@ class Sandbox:
         return [Sandbox(self.client, s) for s in r.get("sandboxes") or []]
 
     @_op("createSnapshot")
-    def snapshot(self, name: str | None = None) -> t.Snapshot:
-        """Saves the sandbox's files (it keeps running) as a snapshot, named ``name`` or by its id."""
-        return self._tr.call("POST", self._p("/snapshots"), json=_clean({"name": name}))
+    def snapshot(self, name: str | None = None, memory: bool | None = None) -> t.Snapshot:
+        """Saves the sandbox's files (it keeps running) as a snapshot, named ``name`` or by its id.
+
+        ``memory=True`` also keeps its memory (gvisor): sandboxes from it run on from that moment."""
+        return self._tr.call("POST", self._p("/snapshots"), json=_clean({"name": name, "memory": memory}))
 
     @_op("getNetwork")
     def network(self) -> t.NetworkStatus:

@@ -415,10 +415,11 @@ export class Sandbox {
       { json: clean({ count: o.count, name: o.name, timeout_seconds: o.timeoutSeconds, metadata: o.metadata }) });
     return (r.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
   }
-  /** Saves the sandbox's files (it keeps running) as a snapshot, named `name` or by its id. */
-  snapshot(name?: string): Promise<T.Snapshot> {
+  /** Saves the sandbox's files (it keeps running) as a snapshot, named `name` or by its id;
+   * `memory` also keeps its memory (gvisor): sandboxes from it run on from that moment. */
+  snapshot(name?: string, memory?: boolean): Promise<T.Snapshot> {
     op("createSnapshot");
-    return this.tr.call("POST", this.p("/snapshots"), { json: clean({ name }) });
+    return this.tr.call("POST", this.p("/snapshots"), { json: clean({ name, memory }) });
   }
   network(): Promise<T.NetworkStatus> { op("getNetwork"); return this.tr.call("GET", this.p("/network"), { idempotent: true }); }
   /** Replaces the network policy; an `allow` entry is a rule or a host name. */

@@ -119,7 +119,11 @@ export interface CreateSandboxRequest {
   template?: string;
   /**
    * Start from the caller's snapshot (name or id; docs/persistence.md) instead of a template;
-   * not with `template`.
+   * not with `template`. A snapshot with a memory image (`memory`) on the requested backend
+   * (isolation, or the default) restores it when no volumes are asked for: the sandbox runs on
+   * from the captured moment with the source's settings (the request may give only name,
+   * metadata, timeout_seconds and isolation; other settings answer 422); otherwise it boots on
+   * the files.
    */
   snapshot?: string;
   /**
@@ -208,6 +212,12 @@ export interface SnapshotCreate {
    * Left out: the snapshot's id.
    */
   name?: string;
+  /**
+   * Also keep an image of the running sandbox's memory (backends with the `fork` capability:
+   * gvisor; others answer 422; a sandbox with volumes 422). Sandboxes created from the
+   * snapshot on that backend are restored from it.
+   */
+  memory?: boolean;
 }
 
 export interface SnapshotPromote {
@@ -230,6 +240,10 @@ export interface Snapshot {
   /** Disk used by the captured files. */
   size_bytes: number;
   created_at: string;
+  /** The snapshot also keeps a memory image (created with `memory`). */
+  memory?: boolean;
+  /** The backend the memory image is for (with `memory`). */
+  memory_backend?: string;
 }
 
 export interface VolumeCreate {
