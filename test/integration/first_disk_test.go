@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	warden "github.com/warden-sandbox/warden/sdk/go"
 )
@@ -66,7 +68,11 @@ func TestFirstBigUpload(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.WriteFile(ctxT(t), id, "/home/user/big3.bin", big, warden.WriteOptions{})
+			// Up to 1 GiB goes in before the disk is full: on a loaded
+			// machine that takes longer than ctxT's minute (gVisor's gofer).
+			upCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			_, err = c.WriteFile(upCtx, id, "/home/user/big3.bin", big, warden.WriteOptions{})
+			cancel()
 			big.Close()
 			var apiErr *warden.Error
 			if !errors.As(err, &apiErr) || apiErr.Status != 413 || apiErr.Code != warden.CodePayloadTooLarge {
