@@ -71,11 +71,6 @@ func TestGVisor(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// A snapshot with memory (kept under the state directory across the
-	// restart below); a sandbox from it runs on later in this test.
-	if sn, err := c.CreateSnapshotWithMemory(ctx, sb.ID, "gmem"); err != nil || !sn.Memory || sn.MemoryBackend != "gvisor" {
-		t.Fatalf("snapshot with memory: %+v %v\n%s", sn, err, d.log)
-	}
 	pid0, n0 := readCounter(sb.ID)
 	before, err := c.Usage(ctx, sb.ID)
 	if err != nil {
@@ -121,6 +116,12 @@ func TestGVisor(t *testing.T) {
 	}
 	if got := sh(sb.ID, "cat /home/user/state"); got != "kept\n" {
 		t.Fatalf("file after resume: %q", got)
+	}
+	// A snapshot with memory (kept under the state directory); a sandbox
+	// from it runs on later in this test. Taken after the pause check
+	// above, whose bound on a paused sandbox's memory it would disturb.
+	if sn, err := c.CreateSnapshotWithMemory(ctx, sb.ID, "gmem"); err != nil || !sn.Memory || sn.MemoryBackend != "gvisor" {
+		t.Fatalf("snapshot with memory: %+v %v\n%s", sn, err, d.log)
 	}
 
 	// Fork, through the CLI: two sandboxes with the state, each its own.
@@ -188,7 +189,7 @@ func TestGVisor(t *testing.T) {
 	if _, err := c.GetSnapshot(ctx, "nmem"); !warden.IsNotFound(err) {
 		t.Fatalf("refused memory snapshot left a snapshot: %v", err)
 	}
-	// A gvisor sandbox from the memory snapshot (taken before the restart)
+	// A gvisor sandbox from the memory snapshot (taken after the resume)
 	// runs the source's counter on, in the same process, from where it was
 	// then; its in-memory /tmp is the source's.
 	if _, err := c.CreateSandbox(ctx, warden.CreateSandboxRequest{Snapshot: "gmem", Isolation: "gvisor", Env: map[string]string{"A": "b"}}); !warden.IsValidationFailed(err) {
