@@ -195,21 +195,32 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, webhookOf(v))
 }
 
-func (s *Server) updateWebhook(w http.ResponseWriter, r *http.Request) error {
+// webhookTarget is what update, delete and test start with: the admin and
+// the endpoint the path names (the request's target), refused when writable
+// is asked and it comes from the config file.
+func (s *Server) webhookTarget(r *http.Request, writable bool) (*webhook.Admin, webhook.Endpoint, error) {
 	a, err := s.webhooks()
+	if err != nil {
+		return nil, webhook.Endpoint{}, err
+	}
+	name := r.PathValue("name")
+	stateOf(r).target = name
+	e, err := a.Get(r.Context(), name)
+	if err != nil {
+		return nil, webhook.Endpoint{}, webhookErr(name, err)
+	}
+	if writable && e.Source == webhook.SourceConfig {
+		return nil, webhook.Endpoint{}, webhookErr(name, webhook.ErrReadOnly)
+	}
+	return a, e, nil
+}
+
+func (s *Server) updateWebhook(w http.ResponseWriter, r *http.Request) error {
+	a, old, err := s.webhookTarget(r, true)
 	if err != nil {
 		return err
 	}
-	name := r.PathValue("name")
-	st := stateOf(r)
-	st.target = name
-	old, err := a.Get(r.Context(), name)
-	if err != nil {
-		return webhookErr(name, err)
-	}
-	if old.Source == webhook.SourceConfig {
-		return webhookErr(name, webhook.ErrReadOnly)
-	}
+	name, st := old.Name, stateOf(r)
 	e, err := s.decodeWebhook(r)
 	if err != nil {
 		return err
@@ -233,19 +244,11 @@ func (s *Server) updateWebhook(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.webhooks()
+	a, old, err := s.webhookTarget(r, true)
 	if err != nil {
 		return err
 	}
-	name := r.PathValue("name")
-	stateOf(r).target = name
-	old, err := a.Get(r.Context(), name)
-	if err != nil {
-		return webhookErr(name, err)
-	}
-	if old.Source == webhook.SourceConfig {
-		return webhookErr(name, webhook.ErrReadOnly)
-	}
+	name := old.Name
 	if err := s.decide(r, &govern.Action{Webhook: webhookChange("delete", old.WebhookEndpoint)}); err != nil {
 		return err
 	}
@@ -257,17 +260,11 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) testWebhook(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.webhooks()
+	a, e, err := s.webhookTarget(r, false)
 	if err != nil {
 		return err
 	}
-	name := r.PathValue("name")
-	st := stateOf(r)
-	st.target = name
-	e, err := a.Get(r.Context(), name)
-	if err != nil {
-		return webhookErr(name, err)
-	}
+	name, st := e.Name, stateOf(r)
 	if err := s.decide(r, &govern.Action{Webhook: webhookChange("test", e.WebhookEndpoint)}); err != nil {
 		return err
 	}
